@@ -1,0 +1,94 @@
+//! The entry point: a configured bus hands out publishers, subscribers and
+//! session ends on the transport the configuration selects.
+
+use std::sync::Arc;
+
+use crate::config::{Config, TransportKind};
+use crate::error::{Error, Result};
+use crate::names;
+use crate::session::{Session, SessionImpl};
+use crate::stream::{Publisher, PublisherImpl, Subscriber, SubscriberImpl};
+use crate::transport::shm::{ShmPublisher, ShmSession, ShmSubscriber};
+
+/// A configured bus. Cheap to clone; each handle it creates is owned by one
+/// thread.
+#[derive(Debug, Clone)]
+pub struct Bus {
+    config: Arc<Config>,
+    transport: TransportKind,
+}
+
+impl Bus {
+    /// Checks `config` and resolves `transport = "auto"`.
+    pub fn new(config: Config) -> Result<Bus> {
+        config.validate("<config>")?;
+        let transport = match config.transport {
+            TransportKind::Auto => {
+                log::info!("transport auto: no RDMA support in this build; using shared memory");
+                TransportKind::Shm
+            }
+            TransportKind::Shm => TransportKind::Shm,
+            other => {
+                return Err(Error::TransportUnavailable {
+                    transport: other.name(),
+                    reason: "this build carries the shared-memory transport only".into(),
+                })
+            }
+        };
+        Ok(Bus {
+            config: Arc::new(config),
+            transport,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The transport in use (never `Auto`).
+    pub fn transport(&self) -> TransportKind {
+        self.transport
+    }
+
+    /// Creates the publisher of stream `name`. Only one may exist per
+    /// stream; a stale one left by a dead process is replaced.
+    pub fn publisher(&self, name: &str) -> Result<Publisher> {
+        names::check(name)?;
+        let cfg = self.config.stream(name);
+        let inner = PublisherImpl::Shm(ShmPublisher::create(&self.config.shm, name, &cfg)?);
+        Ok(Publisher::new(inner, name, cfg.timestamps))
+    }
+
+    /// Subscribes to stream `name`, waiting up to `shm.attach_timeout` for
+    /// its publisher to appear.
+    pub fn subscriber(&self, name: &str) -> Result<Subscriber> {
+        names::check(name)?;
+        let cfg = self.config.stream(name);
+        let inner = SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?);
+        Ok(Subscriber::new(inner, name, cfg.poll_batch))
+    }
+
+    /// Offers session `name` and waits up to its `connect_timeout` for the
+    /// peer to connect.
+    pub fn session_accept(&self, name: &str) -> Result<Session> {
+        names::check(name)?;
+        let cfg = self.config.session(name);
+        let inner = SessionImpl::Shm(ShmSession::accept(&self.config.shm, name, &cfg)?);
+        Ok(self.session(inner, name))
+    }
+
+    /// Connects to session `name`, waiting up to its `connect_timeout` for
+    /// the acceptor.
+    pub fn session_connect(&self, name: &str) -> Result<Session> {
+        names::check(name)?;
+        let cfg = self.config.session(name);
+        let inner = SessionImpl::Shm(ShmSession::connect(&self.config.shm, name, &cfg)?);
+        Ok(self.session(inner, name))
+    }
+
+    fn session(&self, inner: SessionImpl, name: &str) -> Session {
+        let cfg = self.config.session(name);
+        Session::new(inner, name, cfg.timestamps, cfg.poll_batch, self.config.threads.wait)
+    }
+}

@@ -1,0 +1,408 @@
+//! Configuration: one TOML file describes the bus, its streams and sessions.
+//!
+//! Every field has a default, so an empty file (or [`Config::default`]) is a
+//! working shared-memory bus. Unknown keys are rejected, and every value is
+//! checked at load time; an error names the file, the key and what is
+//! allowed, so a typo never turns into a silent default.
+//!
+//! ```
+//! let cfg = mdbus::Config::from_toml_str(r#"
+//!     transport = "shm"
+//!     [streams.md]
+//!     capacity = 4096
+//!     max_message = 100
+//! "#, "<example>").unwrap();
+//! assert_eq!(cfg.stream("md").capacity, 4096);
+//! assert_eq!(cfg.stream("other").capacity, mdbus::config::StreamConfig::default().capacity);
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+use crate::wait::WaitStrategy;
+
+/// Which transport carries the bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// RDMA verbs when an active device is found, otherwise shared memory.
+    #[default]
+    Auto,
+    /// Shared memory on one host.
+    Shm,
+    /// UDP multicast streams between hosts.
+    Udp,
+    /// TCP sessions between hosts.
+    Tcp,
+    /// InfiniBand / RoCE verbs.
+    Verbs,
+}
+
+impl TransportKind {
+    /// The name used in configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Shm => "shm",
+            TransportKind::Udp => "udp",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// Whether to back segments with huge pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HugePages {
+    /// Never.
+    Off,
+    /// When a hugetlbfs mount with free pages exists; otherwise warn and use
+    /// normal pages.
+    #[default]
+    Try,
+    /// Fail when huge pages cannot be had.
+    Require,
+}
+
+/// Where a subscriber starts reading when it joins a running stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LateJoin {
+    /// At the next message published after the join.
+    #[default]
+    Next,
+    /// At the oldest message the publisher still retains.
+    Oldest,
+}
+
+/// Shared-memory settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShmConfig {
+    /// Directory of the segment files (a tmpfs).
+    pub dir: PathBuf,
+    /// Mount point of hugetlbfs, used when `huge_pages` allows.
+    pub hugetlbfs: PathBuf,
+    /// Prefix of every segment name, so several buses can share a host.
+    pub prefix: String,
+    /// Huge-page policy.
+    pub huge_pages: HugePages,
+    /// Lock segments in memory (best effort: a failure is logged).
+    pub mlock: bool,
+    /// How long a subscriber or session initiator waits for the channel to
+    /// appear before giving up.
+    #[serde(with = "duration_str")]
+    pub attach_timeout: Duration,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            dir: PathBuf::from("/dev/shm"),
+            hugetlbfs: PathBuf::from("/dev/hugepages"),
+            prefix: "mdbus".into(),
+            huge_pages: HugePages::Try,
+            mlock: true,
+            attach_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Thread placement and waiting.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThreadConfig {
+    /// How blocking calls wait (`busy-spin`, `spin-hint`, `yield`).
+    pub wait: WaitStrategy,
+    /// RDMA or network device whose NUMA node the busy-polling threads
+    /// should run on; empty for none.
+    pub device: String,
+}
+
+
+/// One stream: one publisher, many subscribers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamConfig {
+    /// Largest message in bytes. Fixes the slot size of the ring.
+    pub max_message: usize,
+    /// Messages the publisher retains; a power of two. A subscriber more
+    /// than this many messages behind is overrun.
+    pub capacity: usize,
+    /// Stamp every message with the send time.
+    pub timestamps: bool,
+    /// Where a subscriber that joins a running stream starts.
+    pub late_join: LateJoin,
+    /// Most messages one `poll` call delivers, so a busy stream cannot
+    /// starve the caller's other work.
+    pub poll_batch: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            max_message: 232,
+            capacity: 65536,
+            timestamps: false,
+            late_join: LateJoin::Next,
+            poll_batch: 256,
+        }
+    }
+}
+
+/// One session: two peers, reliable and ordered both ways.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Largest message in bytes.
+    pub max_message: usize,
+    /// Messages in flight each way before the sender is held back; a power
+    /// of two.
+    pub capacity: usize,
+    /// Stamp every message with the send time.
+    pub timestamps: bool,
+    /// How long `accept` waits for the initiator and `connect` for the
+    /// acceptor.
+    #[serde(with = "duration_str")]
+    pub connect_timeout: Duration,
+    /// Most messages one `poll` call delivers.
+    pub poll_batch: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            max_message: 232,
+            capacity: 4096,
+            timestamps: false,
+            connect_timeout: Duration::from_secs(5),
+            poll_batch: 256,
+        }
+    }
+}
+
+/// The whole configuration of a bus.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Transport for every channel of this bus.
+    pub transport: TransportKind,
+    /// Shared-memory settings.
+    pub shm: ShmConfig,
+    /// Thread placement and waiting.
+    pub threads: ThreadConfig,
+    /// Streams by name; a stream not listed uses [`StreamConfig::default`].
+    pub streams: BTreeMap<String, StreamConfig>,
+    /// Sessions by name; a session not listed uses [`SessionConfig::default`].
+    pub sessions: BTreeMap<String, SessionConfig>,
+}
+
+/// Largest `max_message` accepted.
+pub const MAX_MESSAGE_LIMIT: usize = 1 << 20;
+/// Largest ring capacity accepted.
+pub const MAX_CAPACITY: usize = 1 << 24;
+
+impl Config {
+    /// Reads and checks a TOML file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(&name, "(file)", format!("cannot be read: {e}"))
+        })?;
+        Config::from_toml_str(&text, &name)
+    }
+
+    /// Parses and checks TOML text; `source_name` names it in errors.
+    pub fn from_toml_str(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|s| format!("line {}", 1 + text[..s.start].matches('\n').count()))
+                .unwrap_or_else(|| "(document)".into());
+            ConfigError::new(source_name, key, e.message().trim().to_string())
+        })?;
+        cfg.validate(source_name)?;
+        Ok(cfg)
+    }
+
+    /// Checks every value; an error names the key and what is allowed.
+    pub fn validate(&self, source_name: &str) -> Result<(), ConfigError> {
+        let err = |key: String, msg: String| ConfigError::new(source_name, key, msg);
+        for (name, s) in &self.streams {
+            crate::names::check(name)
+                .map_err(|_| err(format!("streams.{name}"), NAME_RULE.into()))?;
+            check_common(
+                &format!("streams.{name}"),
+                s.max_message,
+                s.capacity,
+                s.poll_batch,
+            )
+            .map_err(|(k, m)| err(k, m))?;
+        }
+        for (name, s) in &self.sessions {
+            crate::names::check(name)
+                .map_err(|_| err(format!("sessions.{name}"), NAME_RULE.into()))?;
+            check_common(
+                &format!("sessions.{name}"),
+                s.max_message,
+                s.capacity,
+                s.poll_batch,
+            )
+            .map_err(|(k, m)| err(k, m))?;
+        }
+        if crate::names::check(&self.shm.prefix).is_err() {
+            return Err(err("shm.prefix".into(), NAME_RULE.into()));
+        }
+        if !self.shm.dir.is_absolute() {
+            return Err(err(
+                "shm.dir".into(),
+                format!("{} is not an absolute path", self.shm.dir.display()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings of stream `name` (the defaults when it is not listed).
+    pub fn stream(&self, name: &str) -> StreamConfig {
+        self.streams.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The settings of session `name` (the defaults when it is not listed).
+    pub fn session(&self, name: &str) -> SessionConfig {
+        self.sessions.get(name).cloned().unwrap_or_default()
+    }
+}
+
+const NAME_RULE: &str = "a name must be 1 to 64 characters from A-Z a-z 0-9 . _ -";
+
+fn check_common(
+    key: &str,
+    max_message: usize,
+    capacity: usize,
+    poll_batch: usize,
+) -> Result<(), (String, String)> {
+    if max_message == 0 || max_message > MAX_MESSAGE_LIMIT {
+        return Err((
+            format!("{key}.max_message"),
+            format!("{max_message} is out of range: allowed 1 to {MAX_MESSAGE_LIMIT} bytes"),
+        ));
+    }
+    if !capacity.is_power_of_two() || !(2..=MAX_CAPACITY).contains(&capacity) {
+        return Err((
+            format!("{key}.capacity"),
+            format!("{capacity} is not allowed: a power of two from 2 to {MAX_CAPACITY}"),
+        ));
+    }
+    if poll_batch == 0 {
+        return Err((
+            format!("{key}.poll_batch"),
+            "0 is not allowed: at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Durations written as `"250ms"`, `"5s"`, `"10us"`, `"100ns"` or `"2m"`.
+pub mod duration_str {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    /// Parses a duration with a unit suffix.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mdbus::config::duration_str::parse;
+    /// assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+    /// assert!(parse("5").is_err());
+    /// ```
+    pub fn parse(s: &str) -> Result<Duration, String> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(|| format!("`{s}` has no unit: write it as 250ms, 5s, 10us, 100ns or 2m"))?;
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("`{s}` does not start with a whole number"))?;
+        let d = match unit {
+            "ns" => Duration::from_nanos(n),
+            "us" => Duration::from_micros(n),
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            _ => return Err(format!("`{unit}` is not a unit: use ns, us, ms, s or m")),
+        };
+        Ok(d)
+    }
+
+    /// Serde adapter for `#[serde(with = "duration_str")]`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_is_the_default() {
+        let c = Config::from_toml_str("", "<t>").unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let e = Config::from_toml_str("[streams.md]\ncapcity = 8\n", "f.toml").unwrap_err();
+        assert_eq!(e.source_name, "f.toml");
+        assert_eq!(e.key, "line 2");
+        assert!(e.message.contains("unknown field `capcity`"), "{e}");
+    }
+
+    #[test]
+    fn capacity_must_be_a_power_of_two() {
+        let e = Config::from_toml_str("[sessions.o]\ncapacity = 1000\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "sessions.o.capacity");
+        assert!(e.message.contains("power of two"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "f.toml: sessions.o.capacity: 1000 is not allowed: a power of two from 2 to 16777216"
+        );
+    }
+
+    #[test]
+    fn bad_transport_and_duration_are_explained() {
+        let e = Config::from_toml_str("transport = \"ib\"\n", "f.toml").unwrap_err();
+        assert!(e.message.contains("unknown variant `ib`"), "{e}");
+        let e = Config::from_toml_str("[shm]\nattach_timeout = \"5\"\n", "f.toml").unwrap_err();
+        assert!(e.message.contains("has no unit"), "{e}");
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        let e = Config::from_toml_str("[streams.\"a/b\"]\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.a/b");
+        let e = Config::from_toml_str("[shm]\ndir = \"rel\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "shm.dir");
+    }
+
+    #[test]
+    fn listed_streams_override_defaults() {
+        let c = Config::from_toml_str(
+            "[streams.md]\nmax_message = 64\ntimestamps = true\n",
+            "f.toml",
+        )
+        .unwrap();
+        let s = c.stream("md");
+        assert_eq!(s.max_message, 64);
+        assert!(s.timestamps);
+        assert_eq!(s.capacity, StreamConfig::default().capacity);
+    }
+}

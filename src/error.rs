@@ -1,0 +1,203 @@
+//! Errors of the bus, each carrying what a person needs to act on it.
+//!
+//! `Display` is a sentence that names the object (file, segment, stream,
+//! session, device) and what went wrong; the variants keep the same facts as
+//! fields for programs that branch on them.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result type of the bus.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the bus can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration file or value is wrong.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+
+    /// A shared-memory segment could not be created, opened or trusted.
+    #[error("shared-memory segment {path}: {problem}")]
+    Segment {
+        /// The segment's file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: SegmentProblem,
+    },
+
+    /// An operating-system call failed.
+    #[error("{op} {target}: {source}")]
+    Io {
+        /// What was being done ("open", "mmap", "bind"...).
+        op: &'static str,
+        /// What it was done to (a path, an address, a device).
+        target: String,
+        /// The error the system returned (with its errno).
+        #[source]
+        source: io::Error,
+    },
+
+    /// A message does not fit the channel's fixed maximum.
+    #[error("a {len}-byte message is larger than the {max}-byte maximum of {channel}; raise max_message in its configuration")]
+    MessageTooLarge {
+        /// The offered length.
+        len: usize,
+        /// The channel's maximum.
+        max: usize,
+        /// The channel, as "stream `md`" or "session `orders`".
+        channel: String,
+    },
+
+    /// The other side of a session went away without closing.
+    #[error("{channel}: the peer (pid {pid}) has died")]
+    PeerDied {
+        /// The channel.
+        channel: String,
+        /// The peer's process id, when known.
+        pid: u32,
+    },
+
+    /// The other side of a session closed it in an orderly way.
+    #[error("{channel}: the peer closed the session")]
+    PeerClosed {
+        /// The channel.
+        channel: String,
+    },
+
+    /// Waiting for a peer or a resource took longer than allowed.
+    #[error("{channel}: {what} did not happen within {waited_ms} ms")]
+    Timeout {
+        /// The channel.
+        channel: String,
+        /// What was waited for ("a peer to connect").
+        what: &'static str,
+        /// How long was waited.
+        waited_ms: u64,
+    },
+
+    /// The channel already has an owner that is still alive.
+    #[error("{channel} is already owned by live process {pid}; stop it or choose another name")]
+    InUse {
+        /// The channel.
+        channel: String,
+        /// The owner's process id.
+        pid: u32,
+    },
+
+    /// No publisher or acceptor has created the channel yet.
+    #[error("{channel} does not exist yet: start its publisher (or acceptor) first, or raise attach_timeout")]
+    NotFound {
+        /// The channel.
+        channel: String,
+    },
+
+    /// The requested transport cannot be used here.
+    #[error("transport {transport} is not available: {reason}")]
+    TransportUnavailable {
+        /// The transport that was asked for.
+        transport: &'static str,
+        /// Why it cannot be used, and what was looked for.
+        reason: String,
+    },
+
+    /// A name is not usable as a channel name.
+    #[error("`{name}` is not a valid channel name: use 1 to 64 characters from A-Z a-z 0-9 . _ -")]
+    BadName {
+        /// The rejected name.
+        name: String,
+    },
+}
+
+impl Error {
+    /// Builds an [`Error::Io`] from the last OS error.
+    pub(crate) fn last_os(op: &'static str, target: impl Into<String>) -> Self {
+        Error::Io {
+            op,
+            target: target.into(),
+            source: io::Error::last_os_error(),
+        }
+    }
+
+    /// Builds an [`Error::Io`] from an error value.
+    pub(crate) fn io(op: &'static str, target: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            target: target.into(),
+            source,
+        }
+    }
+}
+
+/// What is wrong with a shared-memory segment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SegmentProblem {
+    /// The file is shorter than its header or than the size the header states.
+    #[error("truncated: {actual} bytes, at least {expected} needed")]
+    Truncated {
+        /// Bytes needed.
+        expected: u64,
+        /// Bytes present.
+        actual: u64,
+    },
+    /// The file does not start with the mdbus magic.
+    #[error("not an mdbus segment (bad magic)")]
+    BadMagic,
+    /// The layout version differs from this build's.
+    #[error("layout version {found}, this build reads version {supported}; restart both sides with the same mdbus version")]
+    Version {
+        /// Version in the file.
+        found: u32,
+        /// Version this build speaks.
+        supported: u32,
+    },
+    /// The segment holds another kind of channel.
+    #[error("holds a {found}, not a {expected}")]
+    WrongKind {
+        /// Kind in the file.
+        found: &'static str,
+        /// Kind asked for.
+        expected: &'static str,
+    },
+    /// The header fails its checksum or states an impossible geometry.
+    #[error("corrupt header: {0}")]
+    Corrupt(&'static str),
+    /// The segment's geometry differs from the local configuration.
+    #[error("its {field} is {found}, the configuration says {configured}")]
+    Mismatch {
+        /// The field that differs.
+        field: &'static str,
+        /// Value in the segment.
+        found: u64,
+        /// Value in the configuration.
+        configured: u64,
+    },
+}
+
+/// A configuration file or value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: {key}: {message}")]
+pub struct ConfigError {
+    /// The file (or "<built-in>", "<string>") the value came from.
+    pub source_name: String,
+    /// The key path, as `streams.md.capacity`.
+    pub key: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(
+        source_name: impl Into<String>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ConfigError {
+            source_name: source_name.into(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Sessions: two peers, reliable and ordered in both directions, with flow
+//! control, for order flow.
+//!
+//! One side accepts, the other connects; after that both sides are equal.
+//!
+//! ```
+//! # let dir = std::env::temp_dir().join(format!("mdbus-doc-session-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! let mut cfg = mdbus::Config::default();
+//! cfg.transport = mdbus::TransportKind::Shm;
+//! # cfg.shm.dir = dir.clone();
+//! let bus = mdbus::Bus::new(cfg)?;
+//! // In real use the two ends live in two processes (or threads).
+//! let acceptor = std::thread::spawn({
+//!     let bus = bus.clone();
+//!     move || bus.session_accept("orders")
+//! });
+//! let mut client = bus.session_connect("orders")?;
+//! let mut server = acceptor.join().unwrap()?;
+//!
+//! client.send(b"new order")?;
+//! let mut got = Vec::new();
+//! while server.poll(|m| got.extend_from_slice(m.payload()))? == 0 {}
+//! assert_eq!(got, b"new order");
+//! # drop((client, server)); std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), mdbus::Error>(())
+//! ```
+
+use std::ops::{Deref, DerefMut};
+
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::transport::shm::ShmSession;
+use crate::transport::SessionEnd;
+use crate::wait::{Wait, WaitStrategy};
+use crate::wire::FLAG_TIMESTAMP;
+
+/// The transport a session runs on.
+#[derive(Debug)]
+pub(crate) enum SessionImpl {
+    Shm(ShmSession),
+}
+
+macro_rules! with_end {
+    ($self:expr, $t:ident => $body:expr) => {
+        match $self {
+            SessionImpl::Shm($t) => $body,
+        }
+    };
+}
+
+/// Counters of one session end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Times a send found the peer without room and had to wait.
+    pub backpressured: u64,
+}
+
+/// One end of a session. `Send`, not `Sync`: one thread owns it.
+#[derive(Debug)]
+pub struct Session {
+    inner: SessionImpl,
+    name: String,
+    stamp: bool,
+    batch: usize,
+    wait: WaitStrategy,
+    stats: SessionStats,
+}
+
+/// Waits between two liveness checks while the peer has no room.
+const CHECK_EVERY_WAITS: u32 = 4096;
+
+impl Session {
+    pub(crate) fn new(
+        inner: SessionImpl,
+        name: &str,
+        stamp: bool,
+        batch: usize,
+        wait: WaitStrategy,
+    ) -> Session {
+        Session {
+            inner,
+            name: name.into(),
+            stamp,
+            batch,
+            wait,
+            stats: SessionStats::default(),
+        }
+    }
+
+    /// The session's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Largest payload accepted.
+    pub fn max_message(&self) -> usize {
+        with_end!(&self.inner, t => t.max_message())
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SessionStats {
+        self.stats
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        let max = self.max_message();
+        if len > max {
+            return Err(Error::MessageTooLarge {
+                len,
+                max,
+                channel: format!("session `{}`", self.name),
+            });
+        }
+        Ok(())
+    }
+
+    /// Claims `len` bytes when the peer has room for one more message;
+    /// `Ok(None)` when it has not.
+    #[inline]
+    pub fn try_claim(&mut self, len: usize) -> Result<Option<SessionClaim<'_>>> {
+        self.check_len(len)?;
+        let Some(buf) = with_end!(&mut self.inner, t => t.try_claim(len)) else {
+            return Ok(None);
+        };
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        Ok(Some(SessionClaim {
+            session: self,
+            ptr,
+            len,
+        }))
+    }
+
+    /// Claims `len` bytes, waiting (with the configured wait strategy) while
+    /// the peer has no room. Fails when the peer dies or closes meanwhile.
+    #[inline]
+    pub fn claim(&mut self, len: usize) -> Result<SessionClaim<'_>> {
+        self.check_len(len)?;
+        let mut waits = 0u32;
+        loop {
+            // Re-borrow per attempt: the pointer is taken only on success.
+            let got = with_end!(&mut self.inner, t => t.try_claim(len).map(|b| (b.as_mut_ptr(), b.len())));
+            if let Some((ptr, len)) = got {
+                if waits > 0 {
+                    self.stats.backpressured += 1;
+                }
+                return Ok(SessionClaim {
+                    session: self,
+                    ptr,
+                    len,
+                });
+            }
+            waits += 1;
+            if waits % CHECK_EVERY_WAITS == 0 {
+                with_end!(&mut self.inner, t => t.check_peer())?;
+            }
+            self.wait.wait();
+        }
+    }
+
+    /// Copies `bytes` into the session and sends them, waiting while the
+    /// peer has no room. Returns the message's sequence number.
+    #[inline]
+    pub fn send(&mut self, bytes: &[u8]) -> Result<u64> {
+        let mut c = self.claim(bytes.len())?;
+        c.copy_from_slice(bytes);
+        c.commit()
+    }
+
+    /// Delivers received messages, up to the session's `poll_batch`, to `f`
+    /// in order. Returns how many; 0 when none. Fails once the peer has
+    /// died or closed and everything it sent has been delivered.
+    #[inline]
+    pub fn poll<F: FnMut(Message<'_>)>(&mut self, mut f: F) -> Result<usize> {
+        let n = with_end!(&mut self.inner, t => t.poll(self.batch, &mut f))?;
+        self.stats.received += n as u64;
+        Ok(n)
+    }
+
+    /// Closes this end: the peer's next polls fail with
+    /// [`Error::PeerClosed`] once it has read everything sent before.
+    pub fn close(mut self) {
+        with_end!(&mut self.inner, t => t.close());
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, timestamp: Option<u64>) -> Result<u64> {
+        let ts = timestamp.or_else(|| self.stamp.then(crate::clock::now_ns));
+        let (flags, ts) = match ts {
+            Some(t) => (FLAG_TIMESTAMP, t),
+            None => (0, 0),
+        };
+        let seq = with_end!(&mut self.inner, t => t.commit(len, flags, ts))?;
+        self.stats.sent += 1;
+        Ok(seq)
+    }
+}
+
+/// Space claimed in a session's send buffer. Dereferences to the bytes.
+#[derive(Debug)]
+pub struct SessionClaim<'a> {
+    session: &'a mut Session,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl SessionClaim<'_> {
+    /// Sends the message; returns its sequence number.
+    #[inline]
+    pub fn commit(self) -> Result<u64> {
+        self.session.commit(self.len, None)
+    }
+
+    /// Sends the message with the given send timestamp (ns since the epoch).
+    #[inline]
+    pub fn commit_with_timestamp(self, timestamp_ns: u64) -> Result<u64> {
+        self.session.commit(self.len, Some(timestamp_ns))
+    }
+
+    /// Shortens the message to `len` bytes before committing.
+    #[inline]
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl Deref for SessionClaim<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is the claimed slot, exclusively ours while
+        // the session is mutably borrowed by this claim.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for SessionClaim<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}

@@ -1,0 +1,263 @@
+//! Streams: one publisher, many subscribers, every message sequenced.
+//!
+//! ```
+//! # let dir = std::env::temp_dir().join(format!("mdbus-doc-stream-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! let mut cfg = mdbus::Config::default();
+//! cfg.transport = mdbus::TransportKind::Shm;
+//! # cfg.shm.dir = dir.clone();
+//! let bus = mdbus::Bus::new(cfg)?;
+//! let mut publisher = bus.publisher("md")?;
+//! let mut subscriber = bus.subscriber("md")?;
+//!
+//! // Zero-copy: write in place, then commit.
+//! let mut claim = publisher.claim(5)?;
+//! claim.copy_from_slice(b"hello");
+//! assert_eq!(claim.commit(), 1);
+//! publisher.publish(b"world")?;
+//!
+//! let mut got = Vec::new();
+//! subscriber.poll(|event| {
+//!     if let mdbus::Event::Message(m) = event {
+//!         got.push((m.seq(), m.payload().to_vec()));
+//!     }
+//! })?;
+//! assert_eq!(got, vec![(1, b"hello".to_vec()), (2, b"world".to_vec())]);
+//! # drop((publisher, subscriber)); std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), mdbus::Error>(())
+//! ```
+
+use std::ops::{Deref, DerefMut};
+
+use crate::error::{Error, Result};
+use crate::message::Event;
+use crate::transport::shm::{ShmPublisher, ShmSubscriber};
+use crate::transport::{StreamReceive, StreamSend};
+use crate::wire::FLAG_TIMESTAMP;
+
+/// The transport a publisher runs on.
+#[derive(Debug)]
+pub(crate) enum PublisherImpl {
+    Shm(ShmPublisher),
+}
+
+/// The transport a subscriber runs on.
+#[derive(Debug)]
+pub(crate) enum SubscriberImpl {
+    Shm(ShmSubscriber),
+}
+
+macro_rules! with_pub {
+    ($self:expr, $t:ident => $body:expr) => {
+        match $self {
+            PublisherImpl::Shm($t) => $body,
+        }
+    };
+}
+
+/// The single publisher of a stream. `Send`, not `Sync`: one thread owns it.
+#[derive(Debug)]
+pub struct Publisher {
+    inner: PublisherImpl,
+    name: String,
+    stamp: bool,
+    published: u64,
+}
+
+impl Publisher {
+    pub(crate) fn new(inner: PublisherImpl, name: &str, stamp: bool) -> Publisher {
+        Publisher {
+            inner,
+            name: name.into(),
+            stamp,
+            published: 0,
+        }
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Largest payload accepted.
+    pub fn max_message(&self) -> usize {
+        with_pub!(&self.inner, t => t.max_message())
+    }
+
+    /// Sequence number the next message will carry.
+    pub fn next_seq(&self) -> u64 {
+        with_pub!(&self.inner, t => t.next_seq())
+    }
+
+    /// Messages published by this handle.
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+
+    /// Claims `len` bytes in the transport's preallocated send buffer. Write
+    /// the message there and [`Claim::commit`] it; dropping the claim
+    /// publishes nothing. Never blocks: a stream does not wait for its
+    /// subscribers.
+    #[inline]
+    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
+        let max = self.max_message();
+        if len > max {
+            return Err(Error::MessageTooLarge {
+                len,
+                max,
+                channel: format!("stream `{}`", self.name),
+            });
+        }
+        let buf = with_pub!(&mut self.inner, t => t.claim(len));
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        Ok(Claim {
+            publisher: self,
+            ptr,
+            len,
+        })
+    }
+
+    /// Copies `bytes` into the stream and publishes them; returns the
+    /// message's sequence number.
+    #[inline]
+    pub fn publish(&mut self, bytes: &[u8]) -> Result<u64> {
+        let mut c = self.claim(bytes.len())?;
+        c.copy_from_slice(bytes);
+        Ok(c.commit())
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, timestamp: Option<u64>) -> u64 {
+        let ts = timestamp.or_else(|| self.stamp.then(crate::clock::now_ns));
+        let (flags, ts) = match ts {
+            Some(t) => (FLAG_TIMESTAMP, t),
+            None => (0, 0),
+        };
+        self.published += 1;
+        // Shared memory cannot fail to commit; datagram transports report
+        // send errors through their counters instead of failing the
+        // publisher (a stream never waits or stops for its readers).
+        with_pub!(&mut self.inner, t => t.commit(len, flags, ts)).unwrap_or(0)
+    }
+}
+
+/// Space claimed in a publisher's send buffer. Dereferences to the bytes.
+#[derive(Debug)]
+pub struct Claim<'a> {
+    publisher: &'a mut Publisher,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Claim<'_> {
+    /// Publishes the message; returns its sequence number. Stamps it with
+    /// the send time when the stream's `timestamps` option is on.
+    #[inline]
+    pub fn commit(self) -> u64 {
+        self.publisher.commit(self.len, None)
+    }
+
+    /// Publishes the message with the given send timestamp (ns since the
+    /// Unix epoch), e.g. the time the triggering packet arrived.
+    #[inline]
+    pub fn commit_with_timestamp(self, timestamp_ns: u64) -> u64 {
+        self.publisher.commit(self.len, Some(timestamp_ns))
+    }
+
+    /// Shortens the message to `len` bytes before committing (for encoders
+    /// that claim a maximum and write less).
+    #[inline]
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl Deref for Claim<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is the claimed slot, valid and exclusively
+        // ours while the publisher is mutably borrowed by this claim.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for Claim<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// Counters of one subscriber.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubscriberStats {
+    /// Messages delivered.
+    pub received: u64,
+    /// Overrun events.
+    pub overruns: u64,
+    /// Messages lost to overruns.
+    pub overrun_messages: u64,
+    /// Unrecoverable gap events.
+    pub gaps: u64,
+    /// Messages lost in unrecoverable gaps.
+    pub gap_messages: u64,
+}
+
+/// A subscriber of a stream. `Send`, not `Sync`: one thread owns it.
+#[derive(Debug)]
+pub struct Subscriber {
+    inner: SubscriberImpl,
+    name: String,
+    batch: usize,
+    stats: SubscriberStats,
+}
+
+impl Subscriber {
+    pub(crate) fn new(inner: SubscriberImpl, name: &str, batch: usize) -> Subscriber {
+        Subscriber {
+            inner,
+            name: name.into(),
+            batch,
+            stats: SubscriberStats::default(),
+        }
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SubscriberStats {
+        self.stats
+    }
+
+    /// Delivers what has arrived, up to the stream's `poll_batch` messages,
+    /// to `f` in sequence order, with [`Event`]s for anything lost or any
+    /// change of publisher. Returns the number of messages delivered; 0 when
+    /// there was nothing. Never blocks.
+    #[inline]
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, mut f: F) -> Result<usize> {
+        let stats = &mut self.stats;
+        let mut counted = |e: Event<'_>| {
+            match e {
+                Event::Message(_) => stats.received += 1,
+                Event::Overrun { from, to } => {
+                    stats.overruns += 1;
+                    stats.overrun_messages += to - from;
+                }
+                Event::Gap { from, to } => {
+                    stats.gaps += 1;
+                    stats.gap_messages += to - from;
+                }
+                _ => {}
+            }
+            f(e)
+        };
+        match &mut self.inner {
+            SubscriberImpl::Shm(t) => t.poll(self.batch, &mut counted),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The transports behind the API, and the contract each one implements.
+//!
+//! The public [`Publisher`](crate::Publisher), [`Subscriber`](crate::Subscriber)
+//! and [`Session`](crate::Session) hold one of these implementations and
+//! forward to it with a `match`, so the hot path has no virtual calls. Every
+//! implementation passes the same conformance suite (`tests/conformance`).
+
+pub mod shm;
+
+use crate::error::Result;
+use crate::message::{Event, Message};
+
+/// The sending end of a stream.
+pub trait StreamSend: Send {
+    /// Largest payload accepted.
+    fn max_message(&self) -> usize;
+    /// Sequence number the next commit will carry.
+    fn next_seq(&self) -> u64;
+    /// Space for a payload of up to `len` bytes (at most
+    /// [`max_message`](StreamSend::max_message)), in the transport's
+    /// preallocated send buffer.
+    fn claim(&mut self, len: usize) -> &mut [u8];
+    /// Publishes the claimed payload's first `len` bytes; returns the
+    /// sequence number.
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64>;
+}
+
+/// The receiving end of a stream.
+pub trait StreamReceive: Send {
+    /// Delivers up to `max` messages, and any events before them, to `f`.
+    /// Returns the number of messages delivered.
+    fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize>;
+}
+
+/// One end of a session.
+pub trait SessionEnd: Send {
+    /// Largest payload accepted.
+    fn max_message(&self) -> usize;
+    /// Space for a payload of up to `len` bytes when the peer has room for
+    /// one more message, `None` when it has not (flow control).
+    fn try_claim(&mut self, len: usize) -> Option<&mut [u8]>;
+    /// Sends the claimed payload's first `len` bytes.
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64>;
+    /// Delivers up to `max` received messages to `f`.
+    fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize>;
+    /// Fails when the peer has died or closed; called while waiting for room.
+    fn check_peer(&mut self) -> Result<()>;
+    /// Marks this end closed so the peer learns it.
+    fn close(&mut self);
+}

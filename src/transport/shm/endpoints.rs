@@ -1,0 +1,521 @@
+//! Stream and session endpoints over shared-memory segments.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::broadcast::{Read, Reader, RingRef, Writer};
+use super::segment::{self, Geometry, Kind, Segment};
+use super::spsc::{Consumer, PeekError, Producer};
+use super::{slot_size, CHECK_EVERY};
+use crate::config::{LateJoin, SessionConfig, ShmConfig, StreamConfig};
+use crate::error::{Error, Result, SegmentProblem};
+use crate::message::{Event, Message};
+use crate::transport::{SessionEnd, StreamReceive, StreamSend};
+
+fn ring_of(seg: &Segment, r: usize) -> RingRef {
+    let f = seg.fields();
+    RingRef {
+        slots: seg.slots(r),
+        mask: f.capacity - 1,
+        words_per_slot: f.slot_size as usize / 8,
+    }
+}
+
+fn corrupt(seg: &Segment, what: &'static str) -> Error {
+    Error::Segment {
+        path: seg.path().to_path_buf(),
+        problem: SegmentProblem::Corrupt(what),
+    }
+}
+
+/// Opens `kind` `name`, waiting up to `timeout` for it to appear.
+fn open_waiting(cfg: &ShmConfig, kind: Kind, name: &str, timeout: Duration) -> Result<Segment> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let path = segment::lookup_path(cfg, kind, name);
+        match Segment::open(&path, kind) {
+            Ok(seg) => return Ok(seg),
+            Err(Error::Io { ref source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline =>
+            {
+                // Control plane: a peer that has not started yet.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(Error::Io { ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let what = match kind {
+                    Kind::Stream => "stream",
+                    Kind::Session => "session",
+                };
+                return Err(Error::NotFound {
+                    channel: format!("{what} `{name}`"),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Publisher of a shared-memory stream.
+#[derive(Debug)]
+pub struct ShmPublisher {
+    writer: Writer,
+    max_message: usize,
+    // Declared last: dropped after the writer that points into it.
+    seg: Segment,
+}
+
+impl ShmPublisher {
+    /// Creates the stream's segment (replacing a stale one).
+    pub fn create(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmPublisher> {
+        let seg = Segment::create(
+            shm,
+            name,
+            Geometry {
+                kind: Kind::Stream,
+                slot_size: slot_size(cfg.max_message),
+                capacity: cfg.capacity,
+            },
+        )?;
+        let ring = ring_of(&seg, 0);
+        // SAFETY: the ring and its tail word live in `seg`, which outlives
+        // the writer (field order); we created the segment, so we are its
+        // only writer.
+        let writer = unsafe { Writer::new(ring, seg.producer_word(0)) };
+        Ok(ShmPublisher {
+            writer,
+            max_message: cfg.max_message,
+            seg,
+        })
+    }
+
+    /// The segment's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.seg.fields().epoch
+    }
+}
+
+impl StreamSend for ShmPublisher {
+    #[inline]
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    #[inline]
+    fn next_seq(&self) -> u64 {
+        self.writer.next_seq()
+    }
+
+    #[inline]
+    fn claim(&mut self, len: usize) -> &mut [u8] {
+        debug_assert!(len <= self.max_message);
+        let p = self.writer.claim();
+        // SAFETY: the claimed slot's payload holds max_payload >= max_message
+        // >= len bytes; while claimed only this writer stores to it, and the
+        // slice borrows `self`, so it cannot outlive the mapping.
+        unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) }
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        Ok(self.writer.commit(len as u32, flags, timestamp))
+    }
+}
+
+impl Drop for ShmPublisher {
+    fn drop(&mut self) {
+        // Release: every message committed before it is visible to a reader
+        // that acquires the flag.
+        self.seg.owner_closed().store(1, Ordering::Release);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    Live,
+    /// Reported down or ended; waiting for a new incarnation.
+    Down,
+}
+
+/// Subscriber of a shared-memory stream.
+#[derive(Debug)]
+pub struct ShmSubscriber {
+    reader: Reader,
+    buf: Vec<u8>,
+    idle: u32,
+    state: Liveness,
+    shm: ShmConfig,
+    name: String,
+    // Declared last: dropped after the reader that points into it.
+    seg: Segment,
+}
+
+impl ShmSubscriber {
+    /// Attaches to the stream, waiting up to `shm.attach_timeout` for its
+    /// publisher to create it.
+    pub fn attach(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmSubscriber> {
+        let seg = open_waiting(shm, Kind::Stream, name, shm.attach_timeout)?;
+        let (reader, buf) = Self::reader_for(&seg, cfg.late_join);
+        Ok(ShmSubscriber {
+            reader,
+            buf,
+            idle: 0,
+            state: Liveness::Live,
+            shm: shm.clone(),
+            name: name.into(),
+            seg,
+        })
+    }
+
+    fn reader_for(seg: &Segment, late_join: LateJoin) -> (Reader, Vec<u8>) {
+        let ring = ring_of(seg, 0);
+        // SAFETY: ring and tail live in `seg`, which the subscriber keeps
+        // alive longer than the reader (field order, and replaced together).
+        let mut reader = unsafe { Reader::new(ring, seg.producer_word(0), 1) };
+        let start = match late_join {
+            LateJoin::Next => reader.tail(),
+            LateJoin::Oldest => reader.oldest(),
+        };
+        // SAFETY: as above.
+        reader = unsafe { Reader::new(ring, seg.producer_word(0), start) };
+        (reader, vec![0u8; ring.max_payload()])
+    }
+
+    /// The epoch of the publisher incarnation being read.
+    pub fn epoch(&self) -> u64 {
+        self.seg.fields().epoch
+    }
+
+    /// Called after an empty read: every [`CHECK_EVERY`] calls, checks the
+    /// publisher, and after it went away, looks for a new incarnation.
+    #[cold]
+    fn idle_check<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        self.idle = 0;
+        match self.state {
+            Liveness::Live => {
+                let closed = self.seg.owner_closed().load(Ordering::Acquire) != 0;
+                let fields = *self.seg.fields();
+                let dead =
+                    !closed && !segment::process_alive(fields.creator_pid, fields.creator_start);
+                if !(closed || dead) {
+                    return;
+                }
+                // Drain first: the tail read after the flag is final.
+                let last = self.reader.tail() - 1;
+                if self.reader.position() <= last {
+                    return;
+                }
+                self.state = Liveness::Down;
+                f(if closed {
+                    Event::EndOfStream { last_seq: last }
+                } else {
+                    Event::PublisherDown { last_seq: last }
+                });
+            }
+            Liveness::Down => {
+                if self.seg.still_published() {
+                    return;
+                }
+                let path = segment::lookup_path(&self.shm, Kind::Stream, &self.name);
+                let Ok(seg) = Segment::open(&path, Kind::Stream) else {
+                    return;
+                };
+                if seg.fields().epoch == self.seg.fields().epoch {
+                    return;
+                }
+                // A restarted publisher starts a new sequence: read all of
+                // it that is retained, whatever the late-join policy.
+                let (reader, buf) = Self::reader_for(&seg, LateJoin::Oldest);
+                self.reader = reader;
+                self.buf = buf;
+                self.seg = seg;
+                self.state = Liveness::Live;
+                f(Event::PublisherRestarted {
+                    epoch: self.seg.fields().epoch,
+                });
+            }
+        }
+    }
+}
+
+impl StreamReceive for ShmSubscriber {
+    #[inline]
+    fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.reader.read(&mut self.buf) {
+                Read::Message {
+                    seq,
+                    len,
+                    flags,
+                    timestamp,
+                } => {
+                    n += 1;
+                    f(Event::Message(Message {
+                        seq,
+                        flags,
+                        timestamp,
+                        payload: &self.buf[..len as usize],
+                    }));
+                }
+                Read::Empty => {
+                    if n == 0 {
+                        self.idle += 1;
+                        if self.idle >= CHECK_EVERY {
+                            self.idle_check(f);
+                        }
+                    }
+                    break;
+                }
+                Read::Overrun { from, to } => f(Event::Overrun { from, to }),
+                Read::Corrupt { .. } => {
+                    return Err(corrupt(&self.seg, "a slot states a length larger than a slot"))
+                }
+            }
+        }
+        if n > 0 {
+            self.idle = 0;
+        }
+        Ok(n)
+    }
+}
+
+/// Which end of a session this process holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Created the segment; sends on ring 0, receives on ring 1.
+    Acceptor,
+    /// Attached to it; sends on ring 1, receives on ring 0.
+    Initiator,
+}
+
+/// One end of a shared-memory session.
+#[derive(Debug)]
+pub struct ShmSession {
+    tx: Producer,
+    rx: Consumer,
+    end: End,
+    max_message: usize,
+    idle: u32,
+    channel: String,
+    closed: bool,
+    // Declared last: dropped after the rings that point into it.
+    seg: Segment,
+}
+
+impl ShmSession {
+    /// Creates the session and waits up to `cfg.connect_timeout` for the
+    /// initiator.
+    pub fn accept(shm: &ShmConfig, name: &str, cfg: &SessionConfig) -> Result<ShmSession> {
+        let seg = Segment::create(
+            shm,
+            name,
+            Geometry {
+                kind: Kind::Session,
+                slot_size: slot_size(cfg.max_message),
+                capacity: cfg.capacity,
+            },
+        )?;
+        let channel = format!("session `{name}`");
+        let deadline = Instant::now() + cfg.connect_timeout;
+        // Acquire: pairs with the initiator's release of its pid, after it
+        // wrote its start time.
+        while seg.peer_pid().load(Ordering::Acquire) == 0 {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    channel,
+                    what: "a peer connecting",
+                    waited_ms: cfg.connect_timeout.as_millis() as u64,
+                });
+            }
+            // Control plane: waiting for another process to start.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(Self::ends(seg, End::Acceptor, cfg.max_message, channel))
+    }
+
+    /// Attaches to an accepting peer, waiting up to `cfg.connect_timeout`
+    /// for it to appear.
+    pub fn connect(shm: &ShmConfig, name: &str, cfg: &SessionConfig) -> Result<ShmSession> {
+        let seg = open_waiting(shm, Kind::Session, name, cfg.connect_timeout)?;
+        let channel = format!("session `{name}`");
+        let f = *seg.fields();
+        if !segment::process_alive(f.creator_pid, f.creator_start) {
+            return Err(Error::PeerDied {
+                channel,
+                pid: f.creator_pid,
+            });
+        }
+        let me = std::process::id() as u64;
+        seg.peer_start().store(
+            segment::process_start_time(me as u32).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        // Release: the start time is visible to whoever acquires the pid.
+        if let Err(other) =
+            seg.peer_pid()
+                .compare_exchange(0, me, Ordering::Release, Ordering::Relaxed)
+        {
+            return Err(Error::InUse {
+                channel,
+                pid: other as u32,
+            });
+        }
+        // The session's maximum is the acceptor's: it sized the slots.
+        let max = (f.slot_size as usize - crate::wire::HEADER_LEN).min(cfg.max_message.max(1));
+        let max = if max < cfg.max_message {
+            log::warn!(
+                "{channel}: the acceptor's slots hold {max} bytes, fewer than max_message {}",
+                cfg.max_message
+            );
+            max
+        } else {
+            cfg.max_message
+        };
+        Ok(Self::ends(seg, End::Initiator, max, channel))
+    }
+
+    fn ends(seg: Segment, end: End, max_message: usize, channel: String) -> ShmSession {
+        let (tx_ring, rx_ring) = match end {
+            End::Acceptor => (0, 1),
+            End::Initiator => (1, 0),
+        };
+        // SAFETY: both rings and their head words live in `seg`, kept alive
+        // longer than the rings (field order). The acceptor is the only
+        // producer of ring 0 and consumer of ring 1, the initiator the
+        // reverse, and the pid handshake admits one initiator.
+        let (tx, rx) = unsafe {
+            (
+                Producer::new(ring_of(&seg, tx_ring), seg.consumer_word(tx_ring)),
+                Consumer::new(ring_of(&seg, rx_ring), seg.consumer_word(rx_ring)),
+            )
+        };
+        ShmSession {
+            tx,
+            rx,
+            end,
+            max_message,
+            idle: 0,
+            channel,
+            closed: false,
+            seg,
+        }
+    }
+
+    fn peer(&self) -> (u32, u64, bool) {
+        match self.end {
+            End::Acceptor => (
+                self.seg.peer_pid().load(Ordering::Acquire) as u32,
+                self.seg.peer_start().load(Ordering::Relaxed),
+                self.seg.peer_closed().load(Ordering::Acquire) != 0,
+            ),
+            End::Initiator => {
+                let f = self.seg.fields();
+                (
+                    f.creator_pid,
+                    f.creator_start,
+                    self.seg.owner_closed().load(Ordering::Acquire) != 0,
+                )
+            }
+        }
+    }
+}
+
+impl SessionEnd for ShmSession {
+    #[inline]
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    #[inline]
+    fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
+        debug_assert!(len <= self.max_message);
+        let p = self.tx.try_claim()?;
+        // SAFETY: the consumer released this slot (try_claim checked its
+        // head), so only we touch it until commit; it holds at least
+        // max_message >= len bytes; the slice borrows `self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        Ok(self.tx.commit(len as u32, flags, timestamp))
+    }
+
+    #[inline]
+    fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.rx.peek() {
+                Ok(m) => {
+                    // SAFETY: the slot is ours until `release`; the payload
+                    // holds `len` bytes (peek checked it against the slot).
+                    let payload =
+                        unsafe { std::slice::from_raw_parts(m.payload as *const u8, m.len as usize) };
+                    f(Message {
+                        seq: m.seq,
+                        flags: m.flags,
+                        timestamp: m.timestamp,
+                        payload,
+                    });
+                    self.rx.release();
+                    n += 1;
+                }
+                Err(PeekError::Empty) => {
+                    if n == 0 {
+                        self.idle += 1;
+                        if self.idle >= CHECK_EVERY {
+                            self.idle = 0;
+                            self.check_peer()?;
+                        }
+                    } else {
+                        self.idle = 0;
+                    }
+                    break;
+                }
+                Err(PeekError::Corrupt) => {
+                    return Err(corrupt(&self.seg, "a slot states a length larger than a slot"))
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    #[cold]
+    fn check_peer(&mut self) -> Result<()> {
+        let (pid, start, closed) = self.peer();
+        if closed || !segment::process_alive(pid, start) {
+            // Deliver what the peer sent before it went: only a drained
+            // ring reports the end.
+            if !matches!(self.rx.peek(), Err(PeekError::Empty)) {
+                return Ok(());
+            }
+            let channel = self.channel.clone();
+            return Err(if closed {
+                Error::PeerClosed { channel }
+            } else {
+                Error::PeerDied { channel, pid }
+            });
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let flag = match self.end {
+            End::Acceptor => self.seg.owner_closed(),
+            End::Initiator => self.seg.peer_closed(),
+        };
+        // Release: every message sent before is visible to a peer that
+        // acquires the flag.
+        flag.store(1, Ordering::Release);
+    }
+}
+
+impl Drop for ShmSession {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

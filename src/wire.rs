@@ -1,0 +1,140 @@
+//! Fixed little-endian layouts of the data path.
+//!
+//! Every message on every transport is preceded by the same 24-byte header:
+//!
+//! | offset | size | field | meaning |
+//! | --- | --- | --- | --- |
+//! | 0 | 8 | `seq` | sequence number in its stream or session, from 1 |
+//! | 8 | 4 | `len` | payload bytes that follow the header |
+//! | 12 | 4 | `flags` | [`FLAG_TIMESTAMP`] and reserved bits (0) |
+//! | 16 | 8 | `timestamp` | send time in ns since the Unix epoch, 0 when absent |
+//!
+//! In a shared-memory ring the header is the first three 64-bit words of a
+//! slot, the first of which doubles as the slot's publication marker.
+
+/// Bytes of the message header.
+pub const HEADER_LEN: usize = 24;
+/// Header words (8 bytes each).
+pub const HEADER_WORDS: usize = HEADER_LEN / 8;
+
+/// The `timestamp` field holds a send time.
+pub const FLAG_TIMESTAMP: u32 = 1;
+/// Flags this version defines; others must be zero.
+pub const KNOWN_FLAGS: u32 = FLAG_TIMESTAMP;
+
+/// A decoded message header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Sequence number.
+    pub seq: u64,
+    /// Payload length in bytes.
+    pub len: u32,
+    /// Flag bits.
+    pub flags: u32,
+    /// Send time (ns since the epoch) or 0.
+    pub timestamp: u64,
+}
+
+/// Why bytes are not a valid header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    #[error("{0} bytes is too short for a 24-byte message header")]
+    Short(usize),
+    /// The length field claims more bytes than are present.
+    #[error("header claims {claimed} payload bytes, {present} present")]
+    LengthOverrun {
+        /// Bytes claimed.
+        claimed: u32,
+        /// Bytes present.
+        present: usize,
+    },
+    /// Undefined flag bits are set.
+    #[error("unknown flag bits {0:#x}")]
+    UnknownFlags(u32),
+}
+
+impl Header {
+    /// Writes the header into the first 24 bytes of `out`.
+    ///
+    /// ```
+    /// use mdbus::wire::{Header, HEADER_LEN};
+    /// let h = Header { seq: 7, len: 3, flags: 0, timestamp: 0 };
+    /// let mut buf = [0u8; HEADER_LEN + 3];
+    /// h.encode(&mut buf);
+    /// assert_eq!(Header::decode(&buf), Ok((h, &[0u8, 0, 0][..])));
+    /// ```
+    ///
+    /// # Panics
+    /// When `out` is shorter than [`HEADER_LEN`]; callers size their
+    /// buffers from the same constant.
+    #[inline]
+    pub fn encode(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        out[8..12].copy_from_slice(&self.len.to_le_bytes());
+        out[12..16].copy_from_slice(&self.flags.to_le_bytes());
+        out[16..24].copy_from_slice(&self.timestamp.to_le_bytes());
+    }
+
+    /// Reads a header and returns it with its payload, checking every field
+    /// against the bytes present.
+    #[inline]
+    pub fn decode(buf: &[u8]) -> Result<(Header, &[u8]), HeaderError> {
+        let Some((head, rest)) = buf.split_first_chunk::<HEADER_LEN>() else {
+            return Err(HeaderError::Short(buf.len()));
+        };
+        let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        let flags = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(HeaderError::UnknownFlags(flags & !KNOWN_FLAGS));
+        }
+        if len as usize > rest.len() {
+            return Err(HeaderError::LengthOverrun {
+                claimed: len,
+                present: rest.len(),
+            });
+        }
+        let h = Header {
+            seq: word(0),
+            len,
+            flags,
+            timestamp: word(16),
+        };
+        Ok((h, &rest[..len as usize]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_little_endian_at_fixed_offsets() {
+        let h = Header {
+            seq: 0x0102030405060708,
+            len: 2,
+            flags: FLAG_TIMESTAMP,
+            timestamp: 0x1112131415161718,
+        };
+        let mut b = [0u8; 26];
+        h.encode(&mut b);
+        assert_eq!(&b[0..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&b[8..12], &[2, 0, 0, 0]);
+        assert_eq!(&b[12..16], &[1, 0, 0, 0]);
+        assert_eq!(&b[16..24], &[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
+    }
+
+    #[test]
+    fn lying_lengths_short_buffers_and_unknown_flags_are_errors() {
+        let mut b = [0u8; 30];
+        Header { seq: 1, len: 7, flags: 0, timestamp: 0 }.encode(&mut b);
+        assert_eq!(
+            Header::decode(&b),
+            Err(HeaderError::LengthOverrun { claimed: 7, present: 6 })
+        );
+        assert_eq!(Header::decode(&b[..10]), Err(HeaderError::Short(10)));
+        Header { seq: 1, len: 0, flags: 0x80, timestamp: 0 }.encode(&mut b);
+        assert_eq!(Header::decode(&b), Err(HeaderError::UnknownFlags(0x80)));
+    }
+}
