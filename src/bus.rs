@@ -89,6 +89,12 @@ impl Bus {
 
     fn session(&self, inner: SessionImpl, name: &str) -> Session {
         let cfg = self.config.session(name);
-        Session::new(inner, name, cfg.timestamps, cfg.poll_batch, self.config.threads.wait)
+        Session::new(
+            inner,
+            name,
+            cfg.timestamps,
+            cfg.poll_batch,
+            self.config.threads.wait,
+        )
     }
 }

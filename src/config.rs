@@ -124,7 +124,6 @@ pub struct ThreadConfig {
     pub device: String,
 }
 
-
 /// One stream: one publisher, many subscribers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -212,9 +211,8 @@ impl Config {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new(&name, "(file)", format!("cannot be read: {e}"))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(&name, "(file)", format!("cannot be read: {e}")))?;
         Config::from_toml_str(&text, &name)
     }
 
@@ -323,9 +321,9 @@ pub mod duration_str {
     /// ```
     pub fn parse(s: &str) -> Result<Duration, String> {
         let s = s.trim();
-        let split = s
-            .find(|c: char| !c.is_ascii_digit())
-            .ok_or_else(|| format!("`{s}` has no unit: write it as 250ms, 5s, 10us, 100ns or 2m"))?;
+        let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
+            format!("`{s}` has no unit: write it as 250ms, 5s, 10us, 100ns or 2m")
+        })?;
         let (num, unit) = s.split_at(split);
         let n: u64 = num
             .parse()

@@ -45,7 +45,8 @@ impl Latency {
     pub fn new(max_ns: u64) -> Latency {
         let max = max_ns.max(2);
         Latency {
-            hist: Histogram::new_with_bounds(1, max, 3).expect("bounds 1..max with 3 digits are valid"),
+            hist: Histogram::new_with_bounds(1, max, 3)
+                .expect("bounds 1..max with 3 digits are valid"),
             max,
             clamped: 0,
         }

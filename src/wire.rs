@@ -122,19 +122,37 @@ mod tests {
         assert_eq!(&b[0..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(&b[8..12], &[2, 0, 0, 0]);
         assert_eq!(&b[12..16], &[1, 0, 0, 0]);
-        assert_eq!(&b[16..24], &[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
+        assert_eq!(
+            &b[16..24],
+            &[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]
+        );
     }
 
     #[test]
     fn lying_lengths_short_buffers_and_unknown_flags_are_errors() {
         let mut b = [0u8; 30];
-        Header { seq: 1, len: 7, flags: 0, timestamp: 0 }.encode(&mut b);
+        Header {
+            seq: 1,
+            len: 7,
+            flags: 0,
+            timestamp: 0,
+        }
+        .encode(&mut b);
         assert_eq!(
             Header::decode(&b),
-            Err(HeaderError::LengthOverrun { claimed: 7, present: 6 })
+            Err(HeaderError::LengthOverrun {
+                claimed: 7,
+                present: 6
+            })
         );
         assert_eq!(Header::decode(&b[..10]), Err(HeaderError::Short(10)));
-        Header { seq: 1, len: 0, flags: 0x80, timestamp: 0 }.encode(&mut b);
+        Header {
+            seq: 1,
+            len: 0,
+            flags: 0x80,
+            timestamp: 0,
+        }
+        .encode(&mut b);
         assert_eq!(Header::decode(&b), Err(HeaderError::UnknownFlags(0x80)));
     }
 }

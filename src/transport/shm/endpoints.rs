@@ -268,7 +268,10 @@ impl StreamReceive for ShmSubscriber {
                 }
                 Read::Overrun { from, to } => f(Event::Overrun { from, to }),
                 Read::Corrupt { .. } => {
-                    return Err(corrupt(&self.seg, "a slot states a length larger than a slot"))
+                    return Err(corrupt(
+                        &self.seg,
+                        "a slot states a length larger than a slot",
+                    ))
                 }
             }
         }
@@ -449,8 +452,9 @@ impl SessionEnd for ShmSession {
                 Ok(m) => {
                     // SAFETY: the slot is ours until `release`; the payload
                     // holds `len` bytes (peek checked it against the slot).
-                    let payload =
-                        unsafe { std::slice::from_raw_parts(m.payload as *const u8, m.len as usize) };
+                    let payload = unsafe {
+                        std::slice::from_raw_parts(m.payload as *const u8, m.len as usize)
+                    };
                     f(Message {
                         seq: m.seq,
                         flags: m.flags,
@@ -473,7 +477,10 @@ impl SessionEnd for ShmSession {
                     break;
                 }
                 Err(PeekError::Corrupt) => {
-                    return Err(corrupt(&self.seg, "a slot states a length larger than a slot"))
+                    return Err(corrupt(
+                        &self.seg,
+                        "a slot states a length larger than a slot",
+                    ))
                 }
             }
         }

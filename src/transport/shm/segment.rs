@@ -166,7 +166,10 @@ fn hugetlbfs_usable(cfg: &ShmConfig, bytes: usize) -> std::result::Result<(), St
     }
     const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
     if st.f_type as i64 != HUGETLBFS_MAGIC {
-        return Err(format!("{} is not a hugetlbfs mount", cfg.hugetlbfs.display()));
+        return Err(format!(
+            "{} is not a hugetlbfs mount",
+            cfg.hugetlbfs.display()
+        ));
     }
     let free = (st.f_bfree as usize).saturating_mul(st.f_bsize as usize);
     if free < bytes {
@@ -418,8 +421,7 @@ impl Segment {
     /// First slot word of ring `r`.
     pub fn slots(&self, r: usize) -> *const AtomicU64 {
         assert!(r < self.fields.kind.rings());
-        let off = HEADER_BYTES
-            + r * self.fields.capacity as usize * self.fields.slot_size as usize;
+        let off = HEADER_BYTES + r * self.fields.capacity as usize * self.fields.slot_size as usize;
         // SAFETY: decode_header checked that every ring lies inside the mapping.
         unsafe { self.base.as_ptr().add(off) as *const AtomicU64 }
     }
@@ -565,7 +567,9 @@ fn decode_header(
         return Err(SegmentProblem::Corrupt("slot size is not a multiple of 64"));
     }
     if !capacity.is_power_of_two() || capacity > crate::config::MAX_CAPACITY as u64 {
-        return Err(SegmentProblem::Corrupt("capacity is not a power of two in range"));
+        return Err(SegmentProblem::Corrupt(
+            "capacity is not a power of two in range",
+        ));
     }
     let needed = (HEADER_BYTES as u64)
         .checked_add(
@@ -576,7 +580,9 @@ fn decode_header(
         )
         .ok_or(SegmentProblem::Corrupt("geometry overflows"))?;
     if total_len < needed {
-        return Err(SegmentProblem::Corrupt("stated size is smaller than its rings"));
+        return Err(SegmentProblem::Corrupt(
+            "stated size is smaller than its rings",
+        ));
     }
     if file_len < total_len {
         return Err(SegmentProblem::Truncated {

@@ -25,7 +25,10 @@ fn word<'a>(slot: *const AtomicU64, i: usize) -> &'a AtomicU64 {
 #[inline]
 fn slot(ring: &RingRef, seq: u64) -> *const AtomicU64 {
     // SAFETY: `seq & mask` indexes a slot inside the ring.
-    unsafe { ring.slots.add((seq & ring.mask) as usize * ring.words_per_slot) }
+    unsafe {
+        ring.slots
+            .add((seq & ring.mask) as usize * ring.words_per_slot)
+    }
 }
 
 /// The producing side.

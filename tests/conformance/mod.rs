@@ -1,0 +1,586 @@
+//! The stream and session contract, written once and run against every
+//! transport. A transport's test file defines a [`Fixture`] and expands
+//! [`conformance_suite!`].
+//!
+//! Multi-process cases re-run the test binary itself as the peer: the
+//! `child_entry` test (ignored in normal runs) reads its role from the
+//! environment. Parent and children synchronise through the children's
+//! stdout lines, never through sleeps.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use mdbus::{Bus, Config, Error, Event};
+
+/// How to build an isolated bus on one transport.
+pub trait Fixture {
+    /// Configuration text for a fresh bus, isolated from every other test,
+    /// with `extra` TOML appended (stream and session tables).
+    fn config_toml(&self, extra: &str) -> String;
+}
+
+/// A bus from fixture text.
+pub fn bus(toml: &str) -> Bus {
+    Bus::new(Config::from_toml_str(toml, "<fixture>").expect("fixture config parses"))
+        .expect("bus starts")
+}
+
+/// Payload of message `seq`: its sequence number, repeated to `len` bytes.
+pub fn payload(seq: u64, len: usize) -> Vec<u8> {
+    seq.to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(len)
+        .collect()
+}
+
+/// Checks that `p` is the payload of `seq`.
+pub fn check_payload(seq: u64, p: &[u8]) -> bool {
+    p.iter()
+        .zip(seq.to_le_bytes().iter().cycle())
+        .all(|(a, b)| a == b)
+}
+
+/// Length of message `seq` in tests that vary it (1..=max).
+pub fn len_of(seq: u64, max: usize) -> usize {
+    1 + (seq as usize * 7919) % max
+}
+
+// ---- child processes -------------------------------------------------------
+
+const ROLE: &str = "MDBUS_CONFORMANCE_ROLE";
+const CONFIG: &str = "MDBUS_CONFORMANCE_CONFIG";
+const ARG: &str = "MDBUS_CONFORMANCE_ARG";
+
+/// A peer process running one role of the suite.
+pub struct Peer {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    /// Starts this test binary as a peer with `role`.
+    pub fn spawn(role: &str, toml: &str, arg: u64) -> Peer {
+        let mut child = Command::new(std::env::current_exe().expect("test binary path"))
+            .args([
+                "--ignored",
+                "--exact",
+                "child_entry",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .env(ROLE, role)
+            .env(CONFIG, toml)
+            .env(ARG, arg.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn peer");
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Peer { child, out }
+    }
+
+    /// The next line the peer reports (its lines start with `peer:`).
+    pub fn line(&mut self) -> String {
+        loop {
+            let mut l = String::new();
+            let n = self.out.read_line(&mut l).expect("read peer stdout");
+            assert!(n > 0, "peer exited without reporting");
+            if let Some(rest) = l.strip_prefix("peer: ") {
+                return rest.trim_end().to_string();
+            }
+        }
+    }
+
+    /// Waits for the peer to exit; returns whether it succeeded.
+    pub fn wait_ok(mut self) -> bool {
+        self.child.wait().expect("wait peer").success()
+    }
+
+    /// Waits for the peer to exit, whatever its status.
+    pub fn wait(mut self) {
+        let _ = self.child.wait();
+    }
+}
+
+fn report(msg: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "peer: {msg}").unwrap();
+    o.flush().unwrap();
+}
+
+/// Entry point of peer processes (run through the `child_entry` test).
+pub fn child_main() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let toml = std::env::var(CONFIG).expect("config in env");
+    let arg: u64 = std::env::var(ARG).expect("arg in env").parse().unwrap();
+    let bus = bus(&toml);
+    match role.as_str() {
+        // Subscribe, say so, then read until the publisher ends the stream;
+        // verify order and content and report what arrived.
+        "stream-sub" => {
+            let mut sub = bus.subscriber("s").expect("subscribe");
+            report("ready");
+            let (mut next, mut bad, mut done) = (1u64, 0u64, false);
+            while !done {
+                sub.poll(|e| match e {
+                    Event::Message(m) => {
+                        if m.seq() != next || !check_payload(m.seq(), m.payload()) {
+                            bad += 1;
+                        }
+                        next = m.seq() + 1;
+                    }
+                    Event::Overrun { to, .. } => next = to,
+                    Event::EndOfStream { .. } | Event::PublisherDown { .. } => done = true,
+                    _ => bad += 1,
+                })
+                .expect("poll");
+            }
+            let s = sub.stats();
+            report(&format!(
+                "received {} lost {} bad {bad} last {}",
+                s.received,
+                s.overrun_messages,
+                next - 1
+            ));
+        }
+        // Echo every message back until the acceptor closes.
+        "session-echo" => {
+            let mut s = bus.session_connect("o").expect("connect");
+            report("connected");
+            let mut batch: Vec<Vec<u8>> = Vec::new();
+            loop {
+                batch.clear();
+                match s.poll(|m| batch.push(m.payload().to_vec())) {
+                    Ok(0) => continue,
+                    Ok(_) => {
+                        for m in &batch {
+                            s.send(m).expect("echo");
+                        }
+                    }
+                    Err(Error::PeerClosed { .. }) => break,
+                    Err(e) => panic!("echo peer: {e}"),
+                }
+            }
+            report(&format!("echoed {}", s.stats().sent));
+        }
+        // Publish `arg` messages, then die without closing anything.
+        "stream-pub-die" => {
+            let mut p = bus.publisher("s").expect("publish");
+            for seq in 1..=arg {
+                p.publish(&payload(seq, 16)).unwrap();
+            }
+            report("published");
+            std::process::abort();
+        }
+        // Connect, send `arg` messages, then die without closing.
+        "session-die" => {
+            let mut s = bus.session_connect("o").expect("connect");
+            for seq in 1..=arg {
+                s.send(&payload(seq, 16)).unwrap();
+            }
+            report("sent");
+            std::process::abort();
+        }
+        // Own the stream and hold it until stdin closes.
+        "stream-hold" => {
+            let _p = bus.publisher("s").expect("publish");
+            report("holding");
+            let mut l = String::new();
+            let _ = std::io::stdin().read_line(&mut l);
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Expands the suite for a fixture expression.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr) => {
+        #[test]
+        #[ignore = "entry point of peer processes started by the other tests"]
+        fn child_entry() {
+            conformance::child_main();
+        }
+
+        #[test]
+        fn stream_delivers_in_order_without_loss() {
+            conformance::stream_delivers_in_order_without_loss(&$fixture);
+        }
+
+        #[test]
+        fn stream_reports_overrun_and_covers_every_sequence() {
+            conformance::stream_reports_overrun_and_covers_every_sequence(&$fixture);
+        }
+
+        #[test]
+        fn stream_late_join_policies() {
+            conformance::stream_late_join_policies(&$fixture);
+        }
+
+        #[test]
+        fn stream_reaches_subscribers_in_several_processes() {
+            conformance::stream_reaches_subscribers_in_several_processes(&$fixture);
+        }
+
+        #[test]
+        fn stream_reports_dead_publisher_and_its_restart() {
+            conformance::stream_reports_dead_publisher_and_its_restart(&$fixture);
+        }
+
+        #[test]
+        fn stream_rejects_oversized_messages() {
+            conformance::stream_rejects_oversized_messages(&$fixture);
+        }
+
+        #[test]
+        fn session_carries_both_ways_between_processes() {
+            conformance::session_carries_both_ways_between_processes(&$fixture);
+        }
+
+        #[test]
+        fn session_applies_backpressure() {
+            conformance::session_applies_backpressure(&$fixture);
+        }
+
+        #[test]
+        fn session_reports_peer_death_after_draining() {
+            conformance::session_reports_peer_death_after_draining(&$fixture);
+        }
+
+        #[test]
+        fn session_reports_orderly_close() {
+            conformance::session_reports_orderly_close(&$fixture);
+        }
+
+        #[test]
+        fn session_connect_without_acceptor_times_out() {
+            conformance::session_connect_without_acceptor_times_out(&$fixture);
+        }
+    };
+}
+
+// ---- the contract ----------------------------------------------------------
+
+pub fn stream_delivers_in_order_without_loss(f: &impl Fixture) {
+    let bus = bus(&f.config_toml("[streams.s]\nmax_message = 100\ncapacity = 1024\n"));
+    let mut p = bus.publisher("s").unwrap();
+    let mut s = bus.subscriber("s").unwrap();
+    let total = 100_000u64;
+    let (mut next, mut bytes) = (1u64, 0usize);
+    let mut sent = 0u64;
+    while next <= total {
+        // Publish in bursts smaller than the ring, then drain.
+        for _ in 0..500 {
+            if sent < total {
+                sent += 1;
+                let len = len_of(sent, 100);
+                let mut c = p.claim(len).unwrap();
+                c.copy_from_slice(&payload(sent, len));
+                assert_eq!(c.commit(), sent);
+            }
+        }
+        loop {
+            let n = s
+                .poll(|e| match e {
+                    Event::Message(m) => {
+                        assert_eq!(m.seq(), next, "out of order");
+                        assert_eq!(m.payload().len(), len_of(next, 100));
+                        assert!(
+                            check_payload(next, m.payload()),
+                            "corrupt payload at {next}"
+                        );
+                        bytes += m.payload().len();
+                        next += 1;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                })
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(next - 1, total);
+    assert_eq!(bytes, (1..=total).map(|q| len_of(q, 100)).sum::<usize>());
+    assert_eq!(s.stats().received, total);
+    assert_eq!(s.stats().overruns, 0);
+    assert_eq!(p.published(), total);
+}
+
+pub fn stream_reports_overrun_and_covers_every_sequence(f: &impl Fixture) {
+    let bus = bus(&f.config_toml("[streams.s]\nmax_message = 16\ncapacity = 64\n"));
+    let mut p = bus.publisher("s").unwrap();
+    let mut s = bus.subscriber("s").unwrap();
+    for seq in 1..=1000u64 {
+        p.publish(&payload(seq, 16)).unwrap();
+    }
+    let mut covered = Vec::new();
+    let mut overruns = Vec::new();
+    while s
+        .poll(|e| match e {
+            Event::Message(m) => {
+                assert!(check_payload(m.seq(), m.payload()));
+                covered.push(m.seq());
+            }
+            Event::Overrun { from, to } => {
+                overruns.push((from, to));
+                covered.extend(from..to);
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .unwrap()
+        > 0
+    {}
+    assert_eq!(
+        covered,
+        (1..=1000).collect::<Vec<_>>(),
+        "every sequence exactly once"
+    );
+    assert_eq!(overruns.len(), 1);
+    assert_eq!(overruns[0].0, 1);
+    let st = s.stats();
+    assert_eq!(st.overruns, 1);
+    assert_eq!(st.overrun_messages + st.received, 1000);
+    assert!(st.received <= 64, "no more than the ring holds can survive");
+}
+
+pub fn stream_late_join_policies(f: &impl Fixture) {
+    let bus_next = bus(&f.config_toml("[streams.s]\ncapacity = 16\nlate_join = \"next\"\n"));
+    let mut p = bus_next.publisher("s").unwrap();
+    for seq in 1..=5 {
+        p.publish(&payload(seq, 8)).unwrap();
+    }
+    let mut next_sub = bus_next.subscriber("s").unwrap();
+    let oldest_cfg = {
+        let mut c = bus_next.config().clone();
+        c.streams.get_mut("s").unwrap().late_join = mdbus::config::LateJoin::Oldest;
+        c
+    };
+    let mut oldest_sub = Bus::new(oldest_cfg).unwrap().subscriber("s").unwrap();
+    p.publish(&payload(6, 8)).unwrap();
+    let seqs = |s: &mut mdbus::Subscriber| {
+        let mut v = vec![];
+        s.poll(|e| {
+            if let Event::Message(m) = e {
+                v.push(m.seq())
+            }
+        })
+        .unwrap();
+        v
+    };
+    assert_eq!(seqs(&mut next_sub), vec![6]);
+    assert_eq!(seqs(&mut oldest_sub), vec![1, 2, 3, 4, 5, 6]);
+}
+
+pub fn stream_reaches_subscribers_in_several_processes(f: &impl Fixture) {
+    let toml =
+        f.config_toml("[streams.s]\nmax_message = 64\ncapacity = 65536\nlate_join = \"oldest\"\n");
+    let bus = bus(&toml);
+    let mut p = bus.publisher("s").unwrap();
+    let mut peers: Vec<Peer> = (0..3)
+        .map(|_| Peer::spawn("stream-sub", &toml, 0))
+        .collect();
+    for peer in &mut peers {
+        assert_eq!(peer.line(), "ready");
+    }
+    let total = 50_000u64;
+    for seq in 1..=total {
+        p.publish(&payload(seq, 64)).unwrap();
+    }
+    drop(p); // orderly close: subscribers see EndOfStream after draining
+    for mut peer in peers {
+        assert_eq!(
+            peer.line(),
+            format!("received {total} lost 0 bad 0 last {total}")
+        );
+        assert!(peer.wait_ok());
+    }
+}
+
+pub fn stream_reports_dead_publisher_and_its_restart(f: &impl Fixture) {
+    let toml = f.config_toml("[streams.s]\ncapacity = 64\nlate_join = \"oldest\"\n");
+    let bus = bus(&toml);
+    let mut dying = Peer::spawn("stream-pub-die", &toml, 10);
+    assert_eq!(dying.line(), "published");
+    dying.wait();
+    let mut s = bus.subscriber("s").unwrap();
+    let mut events = Vec::new();
+    let mut msgs = Vec::new();
+    // Poll until the death is reported (bounded: detection is a few
+    // thousand idle polls).
+    for _ in 0..10_000_000 {
+        s.poll(|e| match e {
+            Event::Message(m) => msgs.push(m.seq()),
+            other => events.push(format!("{other:?}")),
+        })
+        .unwrap();
+        if !events.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(msgs, (1..=10).collect::<Vec<_>>());
+    assert_eq!(events, vec!["PublisherDown { last_seq: 10 }".to_string()]);
+
+    // A new incarnation replaces the stale segment and is announced.
+    let mut p = bus.publisher("s").unwrap();
+    p.publish(&payload(1, 8)).unwrap();
+    p.publish(&payload(2, 8)).unwrap();
+    msgs.clear();
+    events.clear();
+    for _ in 0..10_000_000 {
+        s.poll(|e| match e {
+            Event::Message(m) => msgs.push(m.seq()),
+            Event::PublisherRestarted { .. } => events.push("restarted".to_string()),
+            other => events.push(format!("{other:?}")),
+        })
+        .unwrap();
+        if msgs.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(events, vec!["restarted".to_string()]);
+    assert_eq!(msgs, vec![1, 2]);
+}
+
+pub fn stream_rejects_oversized_messages(f: &impl Fixture) {
+    let bus = bus(&f.config_toml("[streams.s]\nmax_message = 40\n"));
+    let mut p = bus.publisher("s").unwrap();
+    let e = p.publish(&[0u8; 41]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "a 41-byte message is larger than the 40-byte maximum of stream `s`; raise max_message in its configuration"
+    );
+    assert_eq!(
+        p.publish(&[0u8; 40]).unwrap(),
+        1,
+        "the failed claim used no sequence"
+    );
+}
+
+pub fn session_carries_both_ways_between_processes(f: &impl Fixture) {
+    let toml = f.config_toml("[sessions.o]\nmax_message = 200\ncapacity = 64\n");
+    let bus = bus(&toml);
+    let mut peer = Peer::spawn("session-echo", &toml, 0);
+    let mut s = bus.session_accept("o").unwrap();
+    assert_eq!(peer.line(), "connected");
+    let total = 20_000u64;
+    let (mut sent, mut next) = (0u64, 1u64);
+    while next <= total {
+        // Keep a window in flight: exercises flow control both ways.
+        while sent < total && sent - (next - 1) < 32 {
+            sent += 1;
+            s.send(&payload(sent, len_of(sent, 200))).unwrap();
+        }
+        s.poll(|m| {
+            assert_eq!(m.seq(), next, "echoes arrive in order");
+            assert_eq!(m.payload().len(), len_of(next, 200));
+            assert!(check_payload(next, m.payload()));
+            next += 1;
+        })
+        .unwrap();
+    }
+    s.close();
+    assert_eq!(peer.line(), format!("echoed {total}"));
+    assert!(peer.wait_ok());
+}
+
+pub fn session_applies_backpressure(f: &impl Fixture) {
+    let toml = f.config_toml("[sessions.o]\ncapacity = 4\n");
+    let bus = bus(&toml);
+    let acceptor = std::thread::spawn({
+        let bus = bus.clone();
+        move || bus.session_accept("o")
+    });
+    let mut b = bus.session_connect("o").unwrap();
+    let mut a = acceptor.join().unwrap().unwrap();
+    for seq in 1..=4 {
+        let mut c = a.try_claim(8).unwrap().expect("room for four");
+        c.copy_from_slice(&payload(seq, 8));
+        assert_eq!(c.commit().unwrap(), seq);
+    }
+    assert!(
+        a.try_claim(8).unwrap().is_none(),
+        "the fifth must wait for credit"
+    );
+    let mut got = vec![];
+    while got.len() < 1 {
+        b.poll(|m| got.push(m.seq())).unwrap();
+    }
+    assert!(got.len() <= 4);
+    assert!(
+        a.try_claim(8).unwrap().is_some(),
+        "credit returned by the reader"
+    );
+}
+
+pub fn session_reports_peer_death_after_draining(f: &impl Fixture) {
+    let toml = f.config_toml("[sessions.o]\ncapacity = 64\n");
+    let bus = bus(&toml);
+    let mut peer = Peer::spawn("session-die", &toml, 5);
+    let mut s = bus.session_accept("o").unwrap();
+    assert_eq!(peer.line(), "sent");
+    peer.wait();
+    let mut got = vec![];
+    let mut err = None;
+    for _ in 0..10_000_000 {
+        match s.poll(|m| got.push(m.seq())) {
+            Ok(_) => {}
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        got,
+        vec![1, 2, 3, 4, 5],
+        "what was sent before death is delivered"
+    );
+    let err = err.expect("death reported");
+    assert!(matches!(err, Error::PeerDied { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with("session `o`: the peer (pid "),
+        "{err}"
+    );
+    assert!(err.to_string().ends_with(") has died"), "{err}");
+}
+
+pub fn session_reports_orderly_close(f: &impl Fixture) {
+    let toml = f.config_toml("");
+    let bus = bus(&toml);
+    let acceptor = std::thread::spawn({
+        let bus = bus.clone();
+        move || bus.session_accept("o")
+    });
+    let mut b = bus.session_connect("o").unwrap();
+    let mut a = acceptor.join().unwrap().unwrap();
+    a.send(b"last words").unwrap();
+    a.close();
+    let mut got = vec![];
+    let err = loop {
+        match b.poll(|m| got.push(m.payload().to_vec())) {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got, vec![b"last words".to_vec()]);
+    assert_eq!(err.to_string(), "session `o`: the peer closed the session");
+}
+
+pub fn session_connect_without_acceptor_times_out(f: &impl Fixture) {
+    let toml = f.config_toml("[sessions.o]\nconnect_timeout = \"0ms\"\n");
+    let bus = bus(&toml);
+    let err = bus.session_connect("o").unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "session `o` does not exist yet: start its publisher (or acceptor) first, or raise attach_timeout"
+    );
+}
