@@ -10,8 +10,10 @@ fn setup(tag: &str) -> (Bus, PathBuf) {
     let dir = std::env::temp_dir().join(format!("mdbus-bad-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cfg = Config::default();
-    cfg.transport = mdbus::TransportKind::Shm;
+    let mut cfg = Config {
+        transport: mdbus::TransportKind::Shm,
+        ..Default::default()
+    };
     cfg.shm.dir = dir.clone();
     cfg.shm.huge_pages = mdbus::config::HugePages::Off;
     cfg.shm.attach_timeout = std::time::Duration::ZERO;
@@ -160,8 +162,10 @@ fn missing_stream_and_bad_names_are_explained() {
 
 #[test]
 fn unavailable_transport_is_one_sentence() {
-    let mut cfg = Config::default();
-    cfg.transport = mdbus::TransportKind::Verbs;
+    let cfg = Config {
+        transport: mdbus::TransportKind::Verbs,
+        ..Default::default()
+    };
     let e = Bus::new(cfg).unwrap_err().to_string();
     assert!(e.starts_with("transport verbs is not available: "), "{e}");
 }

@@ -510,7 +510,7 @@ pub fn session_applies_backpressure(f: &impl Fixture) {
         "the fifth must wait for credit"
     );
     let mut got = vec![];
-    while got.len() < 1 {
+    while got.is_empty() {
         b.poll(|m| got.push(m.seq())).unwrap();
     }
     assert!(got.len() <= 4);
