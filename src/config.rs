@@ -140,6 +140,35 @@ pub struct StreamConfig {
     /// Most messages one `poll` call delivers, so a busy stream cannot
     /// starve the caller's other work.
     pub poll_batch: usize,
+    /// Multicast group and port of line A, as `"239.1.1.1:5000"` (udp,
+    /// verbs). Required on those transports.
+    pub group: String,
+    /// Local IPv4 address of line A's interface (udp: the interface that
+    /// sends and joins; verbs: the address rdma_cm binds, which selects the
+    /// device). Empty: let the system choose.
+    pub interface: String,
+    /// Multicast group and port of line B; empty for a single line.
+    pub group_b: String,
+    /// Local IPv4 address of line B's interface.
+    pub interface_b: String,
+    /// Multicast time-to-live (router hops).
+    pub ttl: u32,
+    /// Deliver multicast to subscribers on the publishing host too.
+    pub loopback: bool,
+    /// Largest datagram payload in bytes; messages are packed up to it and
+    /// larger ones are fragmented. Verbs caps it at the path MTU.
+    pub max_datagram: usize,
+    /// Idle time after which a publisher sends a heartbeat.
+    #[serde(with = "duration_str")]
+    pub heartbeat_interval: Duration,
+    /// Silence after which a subscriber reports the publisher down.
+    #[serde(with = "duration_str")]
+    pub heartbeat_timeout: Duration,
+    /// Time a subscriber waits for a retransmission before asking again.
+    #[serde(with = "duration_str")]
+    pub retransmit_timeout: Duration,
+    /// Requests for one gap before it is declared unrecoverable.
+    pub retransmit_retries: u32,
 }
 
 impl Default for StreamConfig {
@@ -150,6 +179,17 @@ impl Default for StreamConfig {
             timestamps: false,
             late_join: LateJoin::Next,
             poll_batch: 256,
+            group: String::new(),
+            interface: String::new(),
+            group_b: String::new(),
+            interface_b: String::new(),
+            ttl: 1,
+            loopback: true,
+            max_datagram: 1472,
+            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_timeout: Duration::from_secs(1),
+            retransmit_timeout: Duration::from_millis(5),
+            retransmit_retries: 5,
         }
     }
 }
@@ -171,6 +211,9 @@ pub struct SessionConfig {
     pub connect_timeout: Duration,
     /// Most messages one `poll` call delivers.
     pub poll_batch: usize,
+    /// Address the acceptor listens on and the initiator connects to, as
+    /// `"10.0.0.1:7000"` (tcp, verbs). Required on those transports.
+    pub address: String,
 }
 
 impl Default for SessionConfig {
@@ -181,6 +224,44 @@ impl Default for SessionConfig {
             timestamps: false,
             connect_timeout: Duration::from_secs(5),
             poll_batch: 256,
+            address: String::new(),
+        }
+    }
+}
+
+/// RDMA verbs settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerbsConfig {
+    /// Device name, e.g. `"mlx5_0"` or `"rxe0"`; empty: the first device
+    /// with an active port.
+    pub device: String,
+    /// Port number on the device.
+    pub port: u8,
+    /// GID table index (RoCE v2 with an IPv4 address is usually 1 or 3);
+    /// -1: let rdma_cm choose from the bound address.
+    pub gid_index: i32,
+    /// Send messages inline (copied into the work request) when they fit.
+    pub inline: bool,
+    /// Inline limit requested at QP creation; the device may grant less,
+    /// and the granted value is used.
+    pub max_inline: u32,
+    /// Request a completion for every Nth send only (1: every send).
+    pub signal_every: u32,
+    /// Receive buffers reposted per batch.
+    pub recv_batch: u32,
+}
+
+impl Default for VerbsConfig {
+    fn default() -> Self {
+        VerbsConfig {
+            device: String::new(),
+            port: 1,
+            gid_index: -1,
+            inline: true,
+            max_inline: 64,
+            signal_every: 16,
+            recv_batch: 16,
         }
     }
 }
@@ -195,6 +276,8 @@ pub struct Config {
     pub shm: ShmConfig,
     /// Thread placement and waiting.
     pub threads: ThreadConfig,
+    /// RDMA verbs settings.
+    pub verbs: VerbsConfig,
     /// Streams by name; a stream not listed uses [`StreamConfig::default`].
     pub streams: BTreeMap<String, StreamConfig>,
     /// Sessions by name; a session not listed uses [`SessionConfig::default`].
@@ -242,6 +325,7 @@ impl Config {
                 s.poll_batch,
             )
             .map_err(|(k, m)| err(k, m))?;
+            check_stream_net(&format!("streams.{name}"), s).map_err(|(k, m)| err(k, m))?;
         }
         for (name, s) in &self.sessions {
             crate::names::check(name)
@@ -253,6 +337,23 @@ impl Config {
                 s.poll_batch,
             )
             .map_err(|(k, m)| err(k, m))?;
+            if !s.address.is_empty() && s.address.parse::<std::net::SocketAddr>().is_err() {
+                return Err(err(
+                    format!("sessions.{name}.address"),
+                    format!(
+                        "`{}` is not an address: write it as 10.0.0.1:7000",
+                        s.address
+                    ),
+                ));
+            }
+        }
+        if self.verbs.signal_every == 0 || self.verbs.recv_batch == 0 {
+            let key = if self.verbs.signal_every == 0 {
+                "verbs.signal_every"
+            } else {
+                "verbs.recv_batch"
+            };
+            return Err(err(key.into(), "0 is not allowed: at least 1".into()));
         }
         if crate::names::check(&self.shm.prefix).is_err() {
             return Err(err("shm.prefix".into(), NAME_RULE.into()));
@@ -278,6 +379,43 @@ impl Config {
 }
 
 const NAME_RULE: &str = "a name must be 1 to 64 characters from A-Z a-z 0-9 . _ -";
+
+fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)> {
+    for (field, value) in [("group", &s.group), ("group_b", &s.group_b)] {
+        if value.is_empty() {
+            continue;
+        }
+        match value.parse::<std::net::SocketAddrV4>() {
+            Ok(a) if a.ip().is_multicast() => {}
+            _ => {
+                return Err((
+                    format!("{key}.{field}"),
+                    format!(
+                        "`{value}` is not an IPv4 multicast group and port such as 239.1.1.1:5000"
+                    ),
+                ))
+            }
+        }
+    }
+    for (field, value) in [("interface", &s.interface), ("interface_b", &s.interface_b)] {
+        if !value.is_empty() && value.parse::<std::net::Ipv4Addr>().is_err() {
+            return Err((
+                format!("{key}.{field}"),
+                format!("`{value}` is not a local IPv4 address such as 10.0.0.1"),
+            ));
+        }
+    }
+    if !(64..=65_000).contains(&s.max_datagram) {
+        return Err((
+            format!("{key}.max_datagram"),
+            format!(
+                "{} is out of range: allowed 64 to 65000 bytes",
+                s.max_datagram
+            ),
+        ));
+    }
+    Ok(())
+}
 
 fn check_common(
     key: &str,
@@ -389,6 +527,23 @@ mod tests {
         assert_eq!(e.key, "streams.a/b");
         let e = Config::from_toml_str("[shm]\ndir = \"rel\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "shm.dir");
+    }
+
+    #[test]
+    fn network_addresses_are_checked() {
+        let e = Config::from_toml_str("[streams.md]\ngroup = \"10.0.0.1:5000\"\n", "f.toml")
+            .unwrap_err();
+        assert_eq!(e.key, "streams.md.group");
+        let e =
+            Config::from_toml_str("[streams.md]\ninterface = \"eth0\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.md.interface");
+        let e = Config::from_toml_str("[sessions.o]\naddress = \"host\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "sessions.o.address");
+        let ok = Config::from_toml_str(
+            "[streams.md]\ngroup = \"239.1.1.1:5000\"\ninterface = \"10.0.0.1\"\n",
+            "f.toml",
+        );
+        assert!(ok.is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! forward to it with a `match`, so the hot path has no virtual calls. Every
 //! implementation passes the same conformance suite (`tests/conformance`).
 
+pub mod datagram;
 pub mod shm;
 
 use crate::error::Result;

@@ -7,6 +7,8 @@
 //! event or an error instead of a hang.
 
 pub mod broadcast;
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[cfg(not(loom))]
 pub mod segment;
 pub mod spsc;

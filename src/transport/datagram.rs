@@ -1,0 +1,35 @@
+//! What UDP multicast and RDMA UD multicast have in common: a path that
+//! carries whole datagrams to a group and back to one peer. Streams over
+//! either are the same driver (the recovery core in [`crate::recovery`])
+//! over one or two links (lines A and B).
+
+use crate::error::Result;
+
+/// One multicast line: sends datagrams to its group or to one peer, and
+/// receives datagrams from either, each with the peer that sent it.
+pub trait DatagramLink: Send {
+    /// Where a datagram came from, good for a reply: a socket address for
+    /// UDP, an address handle and queue pair number for UD.
+    type Peer: Copy + std::fmt::Debug;
+
+    /// Largest datagram this link carries, in bytes (path MTU less the
+    /// transport's own headers).
+    fn max_datagram(&self) -> usize;
+
+    /// Sends `bytes` to the group. A datagram that cannot be sent right now
+    /// (full send queue) is counted and dropped by the link, never waited
+    /// for: a stream does not stall its publisher.
+    fn send_group(&mut self, bytes: &[u8]) -> Result<()>;
+
+    /// Sends `bytes` to one peer (retransmit requests and replies).
+    fn send_to(&mut self, peer: Self::Peer, bytes: &[u8]) -> Result<()>;
+
+    /// Delivers up to `max` received datagrams to `f`, each borrowed from
+    /// the link's receive buffers for the duration of the call. Returns how
+    /// many.
+    fn poll<F: FnMut(Self::Peer, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize>;
+
+    /// Datagrams dropped by the link itself (send queue full, receive
+    /// buffers exhausted), for the counters.
+    fn dropped(&self) -> u64;
+}
