@@ -9,6 +9,7 @@ use crate::names;
 use crate::session::{Session, SessionImpl};
 use crate::stream::{Publisher, PublisherImpl, Subscriber, SubscriberImpl};
 use crate::transport::shm::{ShmPublisher, ShmSession, ShmSubscriber};
+use crate::transport::tcp::TcpSession;
 
 /// A configured bus. Cheap to clone; each handle it creates is owned by one
 /// thread.
@@ -28,10 +29,13 @@ impl Bus {
                 TransportKind::Shm
             }
             TransportKind::Shm => TransportKind::Shm,
+            // One IP transport under either name: streams on UDP multicast,
+            // sessions on TCP.
+            TransportKind::Udp | TransportKind::Tcp => config.transport,
             other => {
                 return Err(Error::TransportUnavailable {
                     transport: other.name(),
-                    reason: "this build carries the shared-memory transport only".into(),
+                    reason: "this build carries the shared-memory and IP transports only".into(),
                 })
             }
         };
@@ -56,7 +60,12 @@ impl Bus {
     pub fn publisher(&self, name: &str) -> Result<Publisher> {
         names::check(name)?;
         let cfg = self.config.stream(name);
-        let inner = PublisherImpl::Shm(ShmPublisher::create(&self.config.shm, name, &cfg)?);
+        let inner = match self.transport {
+            TransportKind::Shm => {
+                PublisherImpl::Shm(ShmPublisher::create(&self.config.shm, name, &cfg)?)
+            }
+            other => return Err(self.no_streams(other)),
+        };
         Ok(Publisher::new(inner, name, cfg.timestamps))
     }
 
@@ -65,7 +74,12 @@ impl Bus {
     pub fn subscriber(&self, name: &str) -> Result<Subscriber> {
         names::check(name)?;
         let cfg = self.config.stream(name);
-        let inner = SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?);
+        let inner = match self.transport {
+            TransportKind::Shm => {
+                SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?)
+            }
+            other => return Err(self.no_streams(other)),
+        };
         Ok(Subscriber::new(inner, name, cfg.poll_batch))
     }
 
@@ -74,7 +88,12 @@ impl Bus {
     pub fn session_accept(&self, name: &str) -> Result<Session> {
         names::check(name)?;
         let cfg = self.config.session(name);
-        let inner = SessionImpl::Shm(ShmSession::accept(&self.config.shm, name, &cfg)?);
+        let inner = match self.transport {
+            TransportKind::Udp | TransportKind::Tcp => {
+                SessionImpl::Tcp(TcpSession::accept(name, &cfg)?)
+            }
+            _ => SessionImpl::Shm(ShmSession::accept(&self.config.shm, name, &cfg)?),
+        };
         Ok(self.session(inner, name))
     }
 
@@ -83,8 +102,20 @@ impl Bus {
     pub fn session_connect(&self, name: &str) -> Result<Session> {
         names::check(name)?;
         let cfg = self.config.session(name);
-        let inner = SessionImpl::Shm(ShmSession::connect(&self.config.shm, name, &cfg)?);
+        let inner = match self.transport {
+            TransportKind::Udp | TransportKind::Tcp => {
+                SessionImpl::Tcp(TcpSession::connect(name, &cfg)?)
+            }
+            _ => SessionImpl::Shm(ShmSession::connect(&self.config.shm, name, &cfg)?),
+        };
         Ok(self.session(inner, name))
+    }
+
+    fn no_streams(&self, t: TransportKind) -> Error {
+        Error::TransportUnavailable {
+            transport: t.name(),
+            reason: "streams on this transport are not in this build yet".into(),
+        }
     }
 
     fn session(&self, inner: SessionImpl, name: &str) -> Session {

@@ -59,6 +59,50 @@ pub enum Error {
         pid: u32,
     },
 
+    /// The connection to a network peer broke.
+    #[error("{channel}: lost the peer at {peer}: {reason}")]
+    PeerLost {
+        /// The channel.
+        channel: String,
+        /// The peer's address.
+        peer: String,
+        /// What happened.
+        reason: String,
+    },
+
+    /// No peer answered at the configured address.
+    #[error("{channel}: no peer at {address}: {reason}")]
+    NoPeer {
+        /// The channel.
+        channel: String,
+        /// The address tried.
+        address: String,
+        /// What happened.
+        reason: String,
+    },
+
+    /// A peer broke the protocol (bad handshake, impossible frame).
+    #[error("{channel}: protocol error from {peer}: {reason}")]
+    Protocol {
+        /// The channel.
+        channel: String,
+        /// The peer's address.
+        peer: String,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A required setting is missing for the chosen transport.
+    #[error("{channel}: {key} must be set for transport {transport}")]
+    Missing {
+        /// The channel.
+        channel: String,
+        /// The configuration key, as `streams.md.group`.
+        key: String,
+        /// The transport that needs it.
+        transport: &'static str,
+    },
+
     /// The other side of a session closed it in an orderly way.
     #[error("{channel}: the peer closed the session")]
     PeerClosed {

@@ -31,6 +31,7 @@ use std::ops::{Deref, DerefMut};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::shm::ShmSession;
+use crate::transport::tcp::TcpSession;
 use crate::transport::SessionEnd;
 use crate::wait::{Wait, WaitStrategy};
 use crate::wire::FLAG_TIMESTAMP;
@@ -39,12 +40,14 @@ use crate::wire::FLAG_TIMESTAMP;
 #[derive(Debug)]
 pub(crate) enum SessionImpl {
     Shm(ShmSession),
+    Tcp(TcpSession),
 }
 
 macro_rules! with_end {
     ($self:expr, $t:ident => $body:expr) => {
         match $self {
             SessionImpl::Shm($t) => $body,
+            SessionImpl::Tcp($t) => $body,
         }
     };
 }

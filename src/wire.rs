@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | 0 | 8 | `seq` | sequence number in its stream or session, from 1 |
 //! | 8 | 4 | `len` | payload bytes that follow the header |
-//! | 12 | 4 | `flags` | [`FLAG_TIMESTAMP`] and reserved bits (0) |
+//! | 12 | 4 | `flags` | [`FLAG_TIMESTAMP`], session control bits, reserved bits (0) |
 //! | 16 | 8 | `timestamp` | send time in ns since the Unix epoch, 0 when absent |
 //!
 //! In a shared-memory ring the header is the first three 64-bit words of a
@@ -19,8 +19,51 @@ pub const HEADER_WORDS: usize = HEADER_LEN / 8;
 
 /// The `timestamp` field holds a send time.
 pub const FLAG_TIMESTAMP: u32 = 1;
+/// Session control (byte-stream transports): the first message each side
+/// sends, whose payload names the session (see [`hello`]).
+pub const FLAG_HELLO: u32 = 1 << 1;
+/// Session control (byte-stream transports): the sender closes the session
+/// in order; no payload.
+pub const FLAG_CLOSE: u32 = 1 << 2;
+/// Session control (byte-stream transports): a credit update; `seq` holds
+/// the number of messages the sender has consumed so far; no payload.
+pub const FLAG_CREDIT: u32 = 1 << 3;
 /// Flags this version defines; others must be zero.
-pub const KNOWN_FLAGS: u32 = FLAG_TIMESTAMP;
+pub const KNOWN_FLAGS: u32 = FLAG_TIMESTAMP | FLAG_HELLO | FLAG_CLOSE | FLAG_CREDIT;
+
+/// Payload of a session hello: a magic and version, the sender's largest
+/// message, how many messages it can hold unread (the credits it grants),
+/// and the session's name, so two ends configured for different sessions
+/// refuse each other with a clear error.
+///
+/// ```
+/// let h = mdbus::wire::hello("orders", 232, 4096);
+/// assert_eq!(mdbus::wire::parse_hello(&h), Some(("orders", 232, 4096)));
+/// ```
+pub fn hello(name: &str, max_message: u32, capacity: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16 + name.len());
+    v.extend_from_slice(HELLO_MAGIC);
+    v.extend_from_slice(&max_message.to_le_bytes());
+    v.extend_from_slice(&capacity.to_le_bytes());
+    v.extend_from_slice(name.as_bytes());
+    v
+}
+
+/// Reads a hello payload: the session name, the peer's largest message and
+/// the credits it grants.
+pub fn parse_hello(p: &[u8]) -> Option<(&str, u32, u32)> {
+    let rest = p.strip_prefix(HELLO_MAGIC)?;
+    let (max, rest) = rest.split_first_chunk::<4>()?;
+    let (cap, name) = rest.split_first_chunk::<4>()?;
+    Some((
+        std::str::from_utf8(name).ok()?,
+        u32::from_le_bytes(*max),
+        u32::from_le_bytes(*cap),
+    ))
+}
+
+/// First bytes of a hello payload: "MDBUS" and the protocol version.
+pub const HELLO_MAGIC: &[u8; 8] = b"MDBUS\x00\x01\x00";
 
 /// A decoded message header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -7,6 +7,8 @@
 
 pub mod datagram;
 pub mod shm;
+#[cfg(not(loom))]
+pub mod tcp;
 
 use crate::error::Result;
 use crate::message::{Event, Message};
