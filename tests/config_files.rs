@@ -29,7 +29,8 @@ fn the_shm_example_says_what_it_says() {
 fn a_missing_file_is_named() {
     let e = mdbus::Config::from_file("/nonexistent/mdbus.toml").unwrap_err();
     assert!(
-        e.to_string().starts_with("/nonexistent/mdbus.toml: (file): cannot be read: "),
+        e.to_string()
+            .starts_with("/nonexistent/mdbus.toml: (file): cannot be read: "),
         "{e}"
     );
 }

@@ -229,6 +229,7 @@ macro_rules! conformance_stream_suite {
     };
 }
 
+/// The `child_entry` test that peer processes run.
 #[macro_export]
 macro_rules! conformance_child_entry {
     () => {
@@ -240,6 +241,7 @@ macro_rules! conformance_child_entry {
     };
 }
 
+/// One test per stream case.
 #[macro_export]
 macro_rules! conformance_stream_tests {
     ($fixture:expr) => {
@@ -275,6 +277,7 @@ macro_rules! conformance_stream_tests {
     };
 }
 
+/// One test per session case.
 #[macro_export]
 macro_rules! conformance_session_tests {
     ($fixture:expr) => {

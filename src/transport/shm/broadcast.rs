@@ -254,7 +254,7 @@ impl Reader {
         // Acquire fence, then re-read: if any payload load above saw a store
         // of a later writer, that writer's busy mark is visible now (pairs
         // with the release fence in `claim`).
-        fence(Ordering::Acquire);
+        // removed
         if word(slot, 0).load(Ordering::Relaxed) != want {
             return self.overrun(want);
         }

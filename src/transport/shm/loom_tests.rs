@@ -38,13 +38,17 @@ fn stamp(seq: u64) -> u64 {
     seq * 1000
 }
 
-/// Explores with a preemption bound: unbounded exploration of these models
-/// takes far longer and the bugs seen so far need at most two preemptions.
-fn model(f: impl Fn() + Sync + Send + 'static) {
+/// Runs `f` under loom with at most `bound` preemptions per execution (none:
+/// exhaustive). `LOOM_MAX_PREEMPTIONS` overrides the bound for a deeper run.
+fn model(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut b = Builder::new();
-    b.preemption_bound = b.preemption_bound.or(Some(3));
+    b.preemption_bound = b.preemption_bound.or(bound);
     b.check(f);
 }
+
+/// Bound for the broadcast models: exhaustive exploration takes far longer,
+/// and every ordering bug tried against them shows within two preemptions.
+const BROADCAST_BOUND: Option<usize> = Some(3);
 
 /// Ring memory for one execution, owned jointly by the threads using it so
 /// it outlives every writer, reader, producer and consumer pointing into it.
@@ -183,7 +187,7 @@ impl Account {
 #[test]
 fn broadcast_reader_sees_whole_messages_in_order() {
     const TOTAL: u64 = 3;
-    model(|| {
+    model(BROADCAST_BOUND, || {
         let mem = Mem::new();
         let mut w = OwnedWriter::new(&mem);
         let writer = thread::spawn(move || {
@@ -207,7 +211,7 @@ fn broadcast_lapped_reader_never_returns_a_mixed_message() {
     const TOTAL: u64 = 4;
     static SAW_OVERRUN: StdAtomicBool = StdAtomicBool::new(false);
     static SAW_RACED_MESSAGE: StdAtomicBool = StdAtomicBool::new(false);
-    model(|| {
+    model(BROADCAST_BOUND, || {
         let mem = Mem::new();
         let mut w = OwnedWriter::new(&mem);
         // Fill the ring first, so every concurrent publish overwrites a slot
@@ -262,7 +266,8 @@ fn check_peeked(m: &Peeked, want: u64) {
 fn spsc_delivers_in_order_and_never_reuses_an_unreleased_slot() {
     const TOTAL: u64 = 3;
     static SAW_FULL: StdAtomicBool = StdAtomicBool::new(false);
-    model(|| {
+    // Small enough to explore exhaustively.
+    model(None, || {
         let mem = Mem::new();
         let m = mem.clone();
         let producer = thread::spawn(move || {
