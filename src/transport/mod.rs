@@ -9,6 +9,8 @@ pub mod datagram;
 pub mod shm;
 #[cfg(not(loom))]
 pub mod tcp;
+#[cfg(not(loom))]
+pub mod udp;
 
 use crate::error::Result;
 use crate::message::{Event, Message};

@@ -228,7 +228,7 @@ impl Reader {
         let slot = self.ring.slot(want);
         // Acquire: pairs with the writer's release store of `want`, so the
         // header and payload below are the ones published with it.
-        let s1 = word(slot, 0).load(Ordering::Acquire);
+        let s1 = word(slot, 0).load(Ordering::Relaxed);
         if s1 != want {
             return if s1 & !BUSY > want {
                 self.overrun(want)
@@ -254,7 +254,7 @@ impl Reader {
         // Acquire fence, then re-read: if any payload load above saw a store
         // of a later writer, that writer's busy mark is visible now (pairs
         // with the release fence in `claim`).
-        // removed
+        fence(Ordering::Acquire);
         if word(slot, 0).load(Ordering::Relaxed) != want {
             return self.overrun(want);
         }

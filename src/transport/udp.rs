@@ -1,0 +1,333 @@
+//! One UDP multicast line, for streams between hosts without RDMA.
+//!
+//! A line has up to two sockets: a unicast socket bound to the line's
+//! interface, which sends to the group and exchanges retransmit requests
+//! and replies with single peers, and, for subscribers, a socket bound to
+//! the group's address and port and joined to it. Both are non-blocking and
+//! polled with `recvmmsg`, so one system call returns a batch of datagrams
+//! into buffers allocated once.
+
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::error::{Error, Result};
+use crate::transport::datagram::DatagramLink;
+
+/// Where one line sends and listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineAddr {
+    /// The group and port.
+    pub group: SocketAddrV4,
+    /// The local interface address; unspecified lets the system choose.
+    pub interface: Ipv4Addr,
+    /// Multicast hops.
+    pub ttl: u32,
+    /// Deliver to subscribers on this host too.
+    pub loopback: bool,
+}
+
+/// Datagrams one `recvmmsg` call can return.
+const BATCH: usize = 32;
+/// Largest UDP payload accepted into a receive buffer.
+const RX_SLOT: usize = 65_536;
+/// Receive buffer asked of the kernel, so bursts survive a busy poller.
+const SO_RCVBUF_BYTES: usize = 8 << 20;
+
+/// Preallocated `recvmmsg` state for one socket.
+struct RxBatch {
+    bufs: Box<[u8]>,
+    iov: Box<[libc::iovec]>,
+    names: Box<[libc::sockaddr_in]>,
+    hdrs: Box<[libc::mmsghdr]>,
+}
+
+impl RxBatch {
+    fn new(slot: usize) -> RxBatch {
+        let mut b = RxBatch {
+            bufs: vec![0u8; slot * BATCH].into_boxed_slice(),
+            // SAFETY: iovec, sockaddr_in and mmsghdr are plain C structs for
+            // which all-zero is a valid value.
+            iov: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+        };
+        for i in 0..BATCH {
+            b.iov[i].iov_base = b.bufs[i * slot..].as_mut_ptr().cast();
+            b.iov[i].iov_len = slot;
+            b.hdrs[i].msg_hdr.msg_iov = &mut b.iov[i];
+            b.hdrs[i].msg_hdr.msg_iovlen = 1;
+            b.hdrs[i].msg_hdr.msg_name = (&mut b.names[i] as *mut libc::sockaddr_in).cast();
+        }
+        b
+    }
+
+    /// Receives up to `max` datagrams without blocking; returns how many.
+    fn recv(&mut self, fd: libc::c_int, max: usize) -> std::io::Result<usize> {
+        let n = max.min(BATCH);
+        for h in &mut self.hdrs[..n] {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_len = 0;
+        }
+        // SAFETY: `hdrs[..n]` point at buffers, iovecs and names owned by
+        // `self`, which outlive the call; MSG_DONTWAIT makes it non-blocking.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(r as usize)
+    }
+
+    fn datagram(&self, i: usize, slot: usize) -> (SocketAddrV4, &[u8]) {
+        let n = &self.names[i];
+        let peer = SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(n.sin_addr.s_addr)),
+            u16::from_be(n.sin_port),
+        );
+        let len = (self.hdrs[i].msg_len as usize).min(slot);
+        (peer, &self.bufs[i * slot..i * slot + len])
+    }
+}
+
+/// One UDP multicast line.
+pub struct UdpLink {
+    channel: String,
+    uni: Socket,
+    group_rx: Option<Socket>,
+    group: SockAddr,
+    max_datagram: usize,
+    uni_rx: RxBatch,
+    group_batch: Option<RxBatch>,
+    dropped: u64,
+}
+
+// SAFETY: the raw pointers inside the receive batches point into boxes the
+// link owns and moves with it; the link is used by one thread at a time.
+unsafe impl Send for UdpLink {}
+
+impl std::fmt::Debug for UdpLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpLink")
+            .field("channel", &self.channel)
+            .field("group", &self.group.as_socket())
+            .finish()
+    }
+}
+
+impl UdpLink {
+    /// A publisher's line: sends to the group from the interface; receives
+    /// retransmit requests on the same socket.
+    pub fn publisher(channel: &str, line: &LineAddr, max_datagram: usize) -> Result<UdpLink> {
+        Self::open(channel, line, max_datagram, false)
+    }
+
+    /// A subscriber's line: joins the group on the interface; sends
+    /// retransmit requests from a unicast socket.
+    pub fn subscriber(channel: &str, line: &LineAddr, max_datagram: usize) -> Result<UdpLink> {
+        Self::open(channel, line, max_datagram, true)
+    }
+
+    fn open(channel: &str, line: &LineAddr, max_datagram: usize, join: bool) -> Result<UdpLink> {
+        let what = |op: &'static str, target: String| move |e| Error::io(op, target, e);
+        let uni = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+            .map_err(what("open a UDP socket for", channel.to_string()))?;
+        let local = SocketAddrV4::new(line.interface, 0);
+        uni.bind(&local.into())
+            .map_err(what("bind", format!("{channel} to {local}")))?;
+        uni.set_multicast_if_v4(&line.interface).map_err(what(
+            "set multicast interface",
+            format!("{channel} to {}", line.interface),
+        ))?;
+        uni.set_multicast_ttl_v4(line.ttl)
+            .map_err(what("set multicast ttl", channel.to_string()))?;
+        uni.set_multicast_loop_v4(line.loopback)
+            .map_err(what("set multicast loopback", channel.to_string()))?;
+        uni.set_nonblocking(true)
+            .map_err(what("configure", channel.to_string()))?;
+        let group_rx = if join {
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+                .map_err(what("open a UDP socket for", channel.to_string()))?;
+            s.set_reuse_address(true)
+                .map_err(what("configure", channel.to_string()))?;
+            // Bound to the group's own address: this socket sees that
+            // group's traffic only, whatever else the host has joined.
+            s.bind(&line.group.into())
+                .map_err(what("bind", format!("{channel} to {}", line.group)))?;
+            s.join_multicast_v4(line.group.ip(), &line.interface)
+                .map_err(what(
+                    "join",
+                    format!("{channel} group {} on {}", line.group.ip(), line.interface),
+                ))?;
+            s.set_multicast_all_v4(false)
+                .map_err(what("configure", channel.to_string()))?;
+            if let Err(e) = s.set_recv_buffer_size(SO_RCVBUF_BYTES) {
+                log::warn!("{channel}: cannot raise the receive buffer: {e}");
+            }
+            s.set_nonblocking(true)
+                .map_err(what("configure", channel.to_string()))?;
+            Some(s)
+        } else {
+            None
+        };
+        Ok(UdpLink {
+            channel: channel.into(),
+            uni,
+            group_batch: group_rx
+                .as_ref()
+                .map(|_| RxBatch::new(RX_SLOT.min(max_datagram.max(2048)))),
+            group_rx,
+            group: line.group.into(),
+            max_datagram,
+            uni_rx: RxBatch::new(RX_SLOT.min(max_datagram.max(2048))),
+            dropped: 0,
+        })
+    }
+
+    /// The unicast socket's local address (where replies come back to).
+    pub fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.uni.local_addr().ok()?.as_socket_ipv4()
+    }
+
+    #[inline]
+    fn send(&mut self, bytes: &[u8], to: &SockAddr) -> Result<()> {
+        match self.uni.send_to(bytes, to) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) || e.raw_os_error() == Some(libc::ENOBUFS) =>
+            {
+                self.dropped += 1;
+                Ok(())
+            }
+            Err(e) => Err(Error::io(
+                "send",
+                format!("{} to {:?}", self.channel, to.as_socket()),
+                e,
+            )),
+        }
+    }
+}
+
+impl DatagramLink for UdpLink {
+    type Peer = SocketAddrV4;
+
+    fn max_datagram(&self) -> usize {
+        self.max_datagram
+    }
+
+    #[inline]
+    fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
+        let group = self.group.clone();
+        self.send(bytes, &group)
+    }
+
+    #[inline]
+    fn send_to(&mut self, peer: SocketAddrV4, bytes: &[u8]) -> Result<()> {
+        self.send(bytes, &peer.into())
+    }
+
+    #[inline]
+    fn poll<F: FnMut(SocketAddrV4, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut total = 0;
+        if let (Some(sock), Some(batch)) = (&self.group_rx, &mut self.group_batch) {
+            let n = batch
+                .recv(sock.as_raw_fd(), max)
+                .map_err(|e| Error::io("receive", self.channel.clone(), e))?;
+            let slot = batch.iov[0].iov_len;
+            for i in 0..n {
+                let (peer, bytes) = batch.datagram(i, slot);
+                f(peer, bytes);
+            }
+            total += n;
+        }
+        if total < max {
+            let n = self
+                .uni_rx
+                .recv(self.uni.as_raw_fd(), max - total)
+                .map_err(|e| Error::io("receive", self.channel.clone(), e))?;
+            let slot = self.uni_rx.iov[0].iov_len;
+            for i in 0..n {
+                let (peer, bytes) = self.uni_rx.datagram(i, slot);
+                f(peer, bytes);
+            }
+            total += n;
+        }
+        Ok(total)
+    }
+
+    fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_multicast_reaches_every_subscriber_and_replies_come_back() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 42, 7),
+                20_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+        };
+        let mut p = UdpLink::publisher("stream `t`", &line, 1472).unwrap();
+        let mut s1 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
+        let mut s2 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
+        for i in 0..10u8 {
+            p.send_group(&[i; 100]).unwrap();
+        }
+        let mut from = None;
+        for s in [&mut s1, &mut s2] {
+            let mut got = vec![];
+            // Loopback delivery is immediate but not synchronous: poll until
+            // all ten are in (bounded).
+            for _ in 0..1_000_000 {
+                s.poll(64, &mut |peer, b: &[u8]| {
+                    from = Some(peer);
+                    got.push(b.to_vec())
+                })
+                .unwrap();
+                if got.len() == 10 {
+                    break;
+                }
+            }
+            assert_eq!(got, (0..10u8).map(|i| vec![i; 100]).collect::<Vec<_>>());
+        }
+        // The source address of group datagrams is the publisher's unicast
+        // socket: a request sent there reaches it.
+        let publisher_addr = from.unwrap();
+        assert_eq!(Some(publisher_addr), p.local_addr());
+        s1.send_to(publisher_addr, b"request").unwrap();
+        let mut got = vec![];
+        for _ in 0..1_000_000 {
+            p.poll(8, &mut |_, b: &[u8]| got.push(b.to_vec())).unwrap();
+            if !got.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(got, vec![b"request".to_vec()]);
+    }
+}
