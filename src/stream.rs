@@ -13,7 +13,7 @@
 //! // Zero-copy: write in place, then commit.
 //! let mut claim = publisher.claim(5)?;
 //! claim.copy_from_slice(b"hello");
-//! assert_eq!(claim.commit(), 1);
+//! assert_eq!(claim.commit()?, 1);
 //! publisher.publish(b"world")?;
 //!
 //! let mut got = Vec::new();
@@ -108,7 +108,7 @@ impl Publisher {
                 channel: format!("stream `{}`", self.name),
             });
         }
-        let buf = with_pub!(&mut self.inner, t => t.claim(len));
+        let buf = with_pub!(&mut self.inner, t => t.claim(len))?;
         let (ptr, len) = (buf.as_mut_ptr(), buf.len());
         Ok(Claim {
             publisher: self,
@@ -123,21 +123,37 @@ impl Publisher {
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64> {
         let mut c = self.claim(bytes.len())?;
         c.copy_from_slice(bytes);
-        Ok(c.commit())
+        c.commit()
+    }
+
+    /// Sends messages that commits left batched (streams with
+    /// `autoflush = false`). Shared memory has nothing to batch.
+    #[inline]
+    pub fn flush(&mut self) -> Result<()> {
+        with_pub!(&mut self.inner, t => t.flush())
+    }
+
+    /// Does the publisher's duties between messages: flushes batched
+    /// messages and, on datagram transports, answers retransmit requests
+    /// and sends heartbeats. Call it whenever the publishing thread has
+    /// nothing to publish; subscribers report a publisher that stays silent
+    /// longer than `heartbeat_timeout` as down. Shared memory needs none of
+    /// this, so there it returns at once.
+    #[inline]
+    pub fn service(&mut self) -> Result<()> {
+        with_pub!(&mut self.inner, t => t.service())
     }
 
     #[inline]
-    fn commit(&mut self, len: usize, timestamp: Option<u64>) -> u64 {
+    fn commit(&mut self, len: usize, timestamp: Option<u64>) -> Result<u64> {
         let ts = timestamp.or_else(|| self.stamp.then(crate::clock::now_ns));
         let (flags, ts) = match ts {
             Some(t) => (FLAG_TIMESTAMP, t),
             None => (0, 0),
         };
+        let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts))?;
         self.published += 1;
-        // Shared memory cannot fail to commit; datagram transports report
-        // send errors through their counters instead of failing the
-        // publisher (a stream never waits or stops for its readers).
-        with_pub!(&mut self.inner, t => t.commit(len, flags, ts)).unwrap_or(0)
+        Ok(seq)
     }
 }
 
@@ -151,16 +167,18 @@ pub struct Claim<'a> {
 
 impl Claim<'_> {
     /// Publishes the message; returns its sequence number. Stamps it with
-    /// the send time when the stream's `timestamps` option is on.
+    /// the send time when the stream's `timestamps` option is on. Fails
+    /// only when a datagram transport cannot send (the error names the
+    /// socket or device); shared memory cannot fail here.
     #[inline]
-    pub fn commit(self) -> u64 {
+    pub fn commit(self) -> Result<u64> {
         self.publisher.commit(self.len, None)
     }
 
     /// Publishes the message with the given send timestamp (ns since the
     /// Unix epoch), e.g. the time the triggering packet arrived.
     #[inline]
-    pub fn commit_with_timestamp(self, timestamp_ns: u64) -> u64 {
+    pub fn commit_with_timestamp(self, timestamp_ns: u64) -> Result<u64> {
         self.publisher.commit(self.len, Some(timestamp_ns))
     }
 

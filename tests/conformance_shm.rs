@@ -19,6 +19,10 @@ impl conformance::Fixture for Shm {
             NEXT.fetch_add(1, Ordering::Relaxed)
         )
     }
+
+    fn ring(&self) -> bool {
+        true
+    }
 }
 
 conformance_suite!(Shm);

@@ -62,7 +62,7 @@ fn one_million_round_trips_allocate_nothing() {
     let mut trip = |p: &mut mdbus::Publisher, s: &mut mdbus::Subscriber, i: u64| {
         let mut c = p.claim(32).unwrap();
         c[..8].copy_from_slice(&i.to_le_bytes());
-        c.commit();
+        c.commit().unwrap();
         s.poll(|e| {
             if let mdbus::Event::Message(m) = e {
                 assert_eq!(m.payload()[..8], i.to_le_bytes());

@@ -11,6 +11,8 @@ pub mod shm;
 pub mod tcp;
 #[cfg(not(loom))]
 pub mod udp;
+#[cfg(not(loom))]
+pub mod verbs;
 
 use crate::error::Result;
 use crate::message::{Event, Message};
@@ -24,10 +26,19 @@ pub trait StreamSend: Send {
     /// Space for a payload of up to `len` bytes (at most
     /// [`max_message`](StreamSend::max_message)), in the transport's
     /// preallocated send buffer.
-    fn claim(&mut self, len: usize) -> &mut [u8];
+    fn claim(&mut self, len: usize) -> Result<&mut [u8]>;
     /// Publishes the claimed payload's first `len` bytes; returns the
     /// sequence number.
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64>;
+    /// Sends what commits left batched. Shared memory has nothing to do.
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The publisher's duties between messages: flush, answer retransmit
+    /// requests, send heartbeats. Shared memory has nothing to do.
+    fn service(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The receiving end of a stream.

@@ -106,13 +106,13 @@ impl StreamSend for ShmPublisher {
     }
 
     #[inline]
-    fn claim(&mut self, len: usize) -> &mut [u8] {
+    fn claim(&mut self, len: usize) -> Result<&mut [u8]> {
         debug_assert!(len <= self.max_message);
         let p = self.writer.claim();
         // SAFETY: the claimed slot's payload holds max_payload >= max_message
         // >= len bytes; while claimed only this writer stores to it, and the
         // slice borrows `self`, so it cannot outlive the mapping.
-        unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) }
+        Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
     }
 
     #[inline]
