@@ -228,7 +228,7 @@ impl Reader {
         let slot = self.ring.slot(want);
         // Acquire: pairs with the writer's release store of `want`, so the
         // header and payload below are the ones published with it.
-        let s1 = word(slot, 0).load(Ordering::Relaxed);
+        let s1 = word(slot, 0).load(Ordering::Acquire);
         if s1 != want {
             return if s1 & !BUSY > want {
                 self.overrun(want)

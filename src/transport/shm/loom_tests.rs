@@ -18,7 +18,7 @@ use loom::thread;
 
 use super::broadcast::{copy_in, Read, Reader, RingRef, Writer};
 use super::spsc::{Consumer, PeekError, Peeked, Producer};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::AtomicU64;
 use crate::wire::HEADER_WORDS;
 
 /// Slots per ring.
@@ -47,7 +47,7 @@ fn model(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// Bound for the broadcast models: exhaustive exploration takes far longer,
-/// and every ordering bug tried against them shows within two preemptions.
+/// and every ordering bug tried against them already fails at a bound of 1.
 const BROADCAST_BOUND: Option<usize> = Some(3);
 
 /// Ring memory for one execution, owned jointly by the threads using it so
@@ -253,9 +253,13 @@ fn check_peeked(m: &Peeked, want: u64) {
         (want, LEN, want as u32, stamp(want)),
         "header of {want} wrong"
     );
-    // SAFETY: a peeked payload is one word of ring memory, valid until
-    // release.
-    let payload = unsafe { &*m.payload }.load(Ordering::Relaxed);
+    // A plain read, as the consumer's borrowed view makes in production:
+    // loom reports a causality violation unless the producer's write of
+    // this message happens-before it and its next write of the slot
+    // happens-after it.
+    // SAFETY: a peeked payload is one word of ring memory, valid and not
+    // written by the producer until release (the property under test).
+    let payload = unsafe { (*m.payload).unsync_load() };
     assert_eq!(payload, pattern(want), "payload of {want} wrong");
 }
 
