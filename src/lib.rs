@@ -44,6 +44,8 @@ pub mod message;
 pub mod metrics;
 pub mod names;
 #[cfg(not(loom))]
+pub mod recovery;
+#[cfg(not(loom))]
 pub mod session;
 #[cfg(not(loom))]
 pub mod stream;

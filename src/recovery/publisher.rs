@@ -1,0 +1,701 @@
+//! The publisher's side of a datagram stream: sequencing, packing,
+//! retention, retransmission and heartbeats, without sockets or a clock.
+//!
+//! A driver (UDP, RDMA UD) owns a [`PublisherCore`] and:
+//! - publishes with [`publish`](PublisherCore::publish) or
+//!   [`claim`](PublisherCore::claim) + [`commit`](PublisherCore::commit),
+//!   sending every datagram the `emit` callback is given to the stream's
+//!   multicast group (both groups with A/B lines);
+//! - calls [`flush`](PublisherCore::flush) when it wants a partly filled
+//!   datagram out now (messages are packed until a datagram is full);
+//! - calls [`tick`](PublisherCore::tick) regularly: it flushes and sends
+//!   heartbeats when the stream is idle;
+//! - hands every datagram received on its unicast request socket to
+//!   [`on_datagram`](PublisherCore::on_datagram) and sends what `reply`
+//!   is given back to that datagram's sender.
+
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::frame::{
+    self, DropReason, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM, MAX_FRAGMENTS,
+    MIN_DATAGRAM,
+};
+use super::packer::Packer;
+use super::retained::Retained;
+use crate::error::ConfigError;
+use crate::wire::FLAG_TIMESTAMP;
+
+/// Settings of a [`PublisherCore`]. Memory: `retain_bytes` plus 24 bytes
+/// per retained message plus two datagrams, all allocated at construction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherConfig {
+    /// Identifier of the stream, carried in every datagram.
+    pub stream_id: u32,
+    /// This incarnation of the publisher. A restarted publisher must use a
+    /// larger value (start time in ns since the epoch is a good choice):
+    /// subscribers take a larger epoch for a restart and drop smaller ones.
+    pub epoch: u64,
+    /// Largest message in bytes; larger ones are fragmented on the wire.
+    pub max_message: usize,
+    /// Largest datagram in bytes: the path MTU minus IP/UDP (1472 on a
+    /// 1500-byte Ethernet) or the UD payload size (1024 on Soft-RoCE).
+    pub max_datagram: usize,
+    /// Messages kept for retransmission; a power of two.
+    pub retain_messages: usize,
+    /// Payload bytes kept for retransmission; at least `max_message`.
+    pub retain_bytes: usize,
+    /// Idle time after which a heartbeat is sent.
+    pub heartbeat_interval: Duration,
+    /// Most messages resent in answer to one request, and the size of the
+    /// retransmit token bucket.
+    pub retransmit_burst: u32,
+    /// Messages per second the token bucket refills; 0 means no rate limit
+    /// beyond `retransmit_burst` per request.
+    pub retransmit_rate: u64,
+}
+
+impl PublisherConfig {
+    /// Defaults for stream `stream_id` and incarnation `epoch`: 1472-byte
+    /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
+    /// heartbeats every 10 ms, 1024 messages per request, no rate limit.
+    pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
+        PublisherConfig {
+            stream_id,
+            epoch,
+            max_message: 64 * 1024,
+            max_datagram: 1472,
+            retain_messages: 65536,
+            retain_bytes: 16 << 20,
+            heartbeat_interval: Duration::from_millis(10),
+            retransmit_burst: 1024,
+            retransmit_rate: 0,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key: &str, msg: String| Err(ConfigError::new("<publisher>", key, msg));
+        if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&self.max_datagram) {
+            return err(
+                "max_datagram",
+                format!(
+                    "{} is out of range: allowed {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes",
+                    self.max_datagram
+                ),
+            );
+        }
+        let chunk = Packer::max_unfragmented(self.max_datagram);
+        if self.max_message == 0 || self.max_message.div_ceil(chunk) > MAX_FRAGMENTS {
+            return err(
+                "max_message",
+                format!(
+                    "{} is out of range: allowed 1 to {} bytes with max_datagram {}",
+                    self.max_message,
+                    chunk * MAX_FRAGMENTS,
+                    self.max_datagram
+                ),
+            );
+        }
+        if !self.retain_messages.is_power_of_two() {
+            return err(
+                "retain_messages",
+                format!("{} is not a power of two", self.retain_messages),
+            );
+        }
+        if self.retain_bytes < self.max_message {
+            return err(
+                "retain_bytes",
+                format!(
+                    "{} is less than max_message ({})",
+                    self.retain_bytes, self.max_message
+                ),
+            );
+        }
+        if self.heartbeat_interval.is_zero() {
+            return err("heartbeat_interval", "0 is not allowed".into());
+        }
+        if self.retransmit_burst == 0 {
+            return err("retransmit_burst", "0 is not allowed: at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a message was not published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// Larger than the configured maximum.
+    #[error("a {len}-byte message is larger than the {max}-byte max_message")]
+    TooLarge {
+        /// Bytes offered.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// `commit` without a `claim` of at least that many bytes.
+    #[error("commit of {len} bytes without a claim of at least that many")]
+    NotClaimed {
+        /// Bytes committed.
+        len: usize,
+    },
+    /// The stream was closed.
+    #[error("the stream is closed")]
+    Closed,
+}
+
+/// Refills at `rate` per second up to `burst`.
+#[derive(Debug)]
+struct TokenBucket {
+    burst: u64,
+    rate: u64,
+    tokens: u64,
+    /// Time up to which refills have been credited.
+    credited_to: u64,
+}
+
+impl TokenBucket {
+    /// Takes up to `want` tokens; returns how many it got.
+    fn take(&mut self, want: u64, now: u64) -> u64 {
+        if self.rate == 0 {
+            return want.min(self.burst);
+        }
+        let elapsed = now.saturating_sub(self.credited_to) as u128;
+        let add = (elapsed * self.rate as u128 / 1_000_000_000) as u64;
+        if add > 0 {
+            self.tokens = self.tokens.saturating_add(add).min(self.burst);
+            // Keep the fraction of a token not yet credited.
+            self.credited_to += (add as u128 * 1_000_000_000 / self.rate as u128) as u64;
+            if self.tokens == self.burst {
+                self.credited_to = now;
+            }
+        }
+        let n = want.min(self.tokens);
+        self.tokens -= n;
+        n
+    }
+}
+
+/// The publisher's protocol state. One thread owns it: every method takes
+/// `&mut self`, and nothing is shared.
+#[derive(Debug)]
+pub struct PublisherCore {
+    stream_id: u32,
+    epoch: u64,
+    max_message: usize,
+    heartbeat_ns: u64,
+    limits: Limits,
+    retained: Retained,
+    /// Datagram being filled with new messages.
+    live: Packer,
+    /// Datagram being filled with resent messages; separate so that a
+    /// request never flushes a half-full live datagram.
+    resend: Packer,
+    control: [u8; DATAGRAM_HEADER_LEN],
+    bucket: TokenBucket,
+    /// When the last datagram went out on the stream's lines (not replies).
+    last_sent: Option<u64>,
+    closed: bool,
+    counters: Counters,
+}
+
+impl PublisherCore {
+    /// Allocates every buffer the publisher will use.
+    pub fn new(cfg: &PublisherConfig) -> Result<PublisherCore, ConfigError> {
+        cfg.validate()?;
+        let d = cfg.max_datagram;
+        Ok(PublisherCore {
+            stream_id: cfg.stream_id,
+            epoch: cfg.epoch,
+            max_message: cfg.max_message,
+            heartbeat_ns: cfg.heartbeat_interval.as_nanos().min(u64::MAX as u128) as u64,
+            limits: Limits {
+                stream_id: cfg.stream_id,
+                max_datagram: d,
+                max_message: cfg.max_message,
+            },
+            retained: Retained::new(cfg.retain_messages, cfg.retain_bytes),
+            live: Packer::new(Kind::Data, cfg.stream_id, cfg.epoch, d),
+            resend: Packer::new(Kind::Retransmit, cfg.stream_id, cfg.epoch, d),
+            control: [0; DATAGRAM_HEADER_LEN],
+            bucket: TokenBucket {
+                burst: cfg.retransmit_burst as u64,
+                rate: cfg.retransmit_rate,
+                tokens: cfg.retransmit_burst as u64,
+                credited_to: 0,
+            },
+            last_sent: None,
+            closed: false,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The stream's identifier.
+    pub fn stream_id(&self) -> u32 {
+        self.stream_id
+    }
+
+    /// This incarnation.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Sequence number the next message gets (the first is 1).
+    pub fn next_seq(&self) -> u64 {
+        self.retained.next_seq()
+    }
+
+    /// Oldest message still retained for retransmission, 0 when none.
+    pub fn oldest_retained(&self) -> u64 {
+        self.retained.oldest()
+    }
+
+    /// What the publisher has done so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Space for a payload of `len` bytes in the retained window: write the
+    /// message there, then [`commit`](Self::commit). Claiming may evict the
+    /// oldest retained messages.
+    pub fn claim(&mut self, len: usize) -> Result<&mut [u8], PublishError> {
+        if self.closed {
+            return Err(PublishError::Closed);
+        }
+        if len > self.max_message {
+            return Err(PublishError::TooLarge {
+                len,
+                max: self.max_message,
+            });
+        }
+        Ok(self.retained.claim(len))
+    }
+
+    /// Publishes the first `len` bytes of the claimed space, stamped with
+    /// `timestamp` when given, and returns its sequence number. The message
+    /// is packed into the pending datagram; `emit` receives every datagram
+    /// that fills up (and each fragment of a large message).
+    pub fn commit<E: FnMut(&[u8])>(
+        &mut self,
+        len: usize,
+        timestamp: Option<u64>,
+        now: u64,
+        mut emit: E,
+    ) -> Result<u64, PublishError> {
+        if self.closed {
+            return Err(PublishError::Closed);
+        }
+        let (flags, ts) = match timestamp {
+            Some(t) => (FLAG_TIMESTAMP, t),
+            None => (0, 0),
+        };
+        let seq = self
+            .retained
+            .commit(len, flags, ts)
+            .ok_or(PublishError::NotClaimed { len })?;
+        self.counters.messages_published += 1;
+        if let Some((h, payload)) = self.retained.get(seq) {
+            let sent = self.live.push(&h, payload, &mut emit);
+            self.sent(sent, now);
+        }
+        Ok(seq)
+    }
+
+    /// Copies `payload` into the retained window and commits it.
+    pub fn publish<E: FnMut(&[u8])>(
+        &mut self,
+        payload: &[u8],
+        timestamp: Option<u64>,
+        now: u64,
+        emit: E,
+    ) -> Result<u64, PublishError> {
+        self.claim(payload.len())?.copy_from_slice(payload);
+        self.commit(payload.len(), timestamp, now, emit)
+    }
+
+    /// Sends the pending datagram now, if messages wait in it.
+    pub fn flush<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
+        let sent = self.live.flush(&mut emit);
+        self.sent(sent, now);
+    }
+
+    /// Call regularly: flushes the pending datagram, and when nothing went
+    /// out for `heartbeat_interval` sends a heartbeat (after
+    /// [`close`](Self::close), the end-of-stream marker again).
+    pub fn tick<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
+        self.flush(now, &mut emit);
+        let idle = match self.last_sent {
+            Some(t) => now.saturating_sub(t) >= self.heartbeat_ns,
+            None => true,
+        };
+        if idle {
+            let kind = if self.closed {
+                Kind::EndOfStream
+            } else {
+                Kind::Heartbeat
+            };
+            self.control_datagram(kind, now, &mut emit);
+        }
+    }
+
+    /// Ends the stream: flushes and sends the end-of-stream marker, which
+    /// [`tick`](Self::tick) repeats at the heartbeat interval so that a
+    /// subscriber that lost it still learns. Retransmit requests are still
+    /// answered.
+    pub fn close<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
+        self.flush(now, &mut emit);
+        self.closed = true;
+        self.control_datagram(Kind::EndOfStream, now, &mut emit);
+    }
+
+    /// Handles a datagram from a subscriber (a retransmit request). What
+    /// `reply` receives goes back to the sender only: a not-available
+    /// notice for the part of the range older than the retained window,
+    /// then the retained part as retransmitted data, at most
+    /// `retransmit_burst` messages and within the rate limit.
+    pub fn on_datagram<R: FnMut(&[u8])>(
+        &mut self,
+        datagram: &[u8],
+        now: u64,
+        mut reply: R,
+    ) -> Result<(), DropReason> {
+        self.counters.datagrams_received += 1;
+        let result = self.handle(datagram, now, &mut reply);
+        if let Err(r) = result {
+            self.counters.drops.record(r);
+        }
+        result
+    }
+
+    fn handle<R: FnMut(&[u8])>(
+        &mut self,
+        datagram: &[u8],
+        now: u64,
+        reply: &mut R,
+    ) -> Result<(), DropReason> {
+        let d = frame::decode(datagram, &self.limits)?;
+        let Frame::Request { from, count } = d.frame else {
+            return Err(DropReason::UnexpectedKind);
+        };
+        if d.epoch != self.epoch {
+            return Err(DropReason::OldEpoch);
+        }
+        self.counters.requests_received += 1;
+        // Sequences not yet published cannot be asked for in good faith;
+        // they are ignored.
+        let end = from.saturating_add(count).min(self.retained.next_seq());
+        if from >= end {
+            return Ok(());
+        }
+        let oldest = match self.retained.oldest() {
+            0 => self.retained.next_seq(),
+            o => o,
+        };
+        if from < oldest {
+            let gone_to = end.min(oldest);
+            frame::encode_control(
+                &mut self.control,
+                Kind::NotAvailable,
+                self.stream_id,
+                self.epoch,
+                from,
+                gone_to - from,
+            );
+            reply(&self.control);
+            self.counters.not_available_sent += 1;
+            self.counters.datagrams_sent += 1;
+        }
+        let start = from.max(oldest);
+        if start < end {
+            let granted = self.bucket.take(end - start, now);
+            self.counters.retransmit_throttled += end - start - granted;
+            let mut sent = 0;
+            for seq in start..start + granted {
+                if let Some((h, payload)) = self.retained.get(seq) {
+                    sent += self.resend.push(&h, payload, reply);
+                }
+            }
+            sent += self.resend.flush(reply);
+            self.counters.datagrams_sent += sent;
+            self.counters.retransmitted += granted;
+            if granted > 0 {
+                self.counters.requests_served += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn control_datagram<E: FnMut(&[u8])>(&mut self, kind: Kind, now: u64, emit: &mut E) {
+        frame::encode_control(
+            &mut self.control,
+            kind,
+            self.stream_id,
+            self.epoch,
+            self.retained.latest(),
+            self.retained.oldest(),
+        );
+        emit(&self.control);
+        self.counters.heartbeats_sent += 1;
+        self.sent(1, now);
+    }
+
+    fn sent(&mut self, datagrams: u64, now: u64) {
+        if datagrams > 0 {
+            self.counters.datagrams_sent += datagrams;
+            self.last_sent = Some(now);
+        }
+    }
+
+    /// Start and capacity of every buffer, to show they never move.
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> Vec<(usize, usize)> {
+        let mut v = self.retained.buffers().to_vec();
+        v.push(self.live.buffer());
+        v.push(self.resend.buffer());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recovery::frame::decode;
+
+    fn config() -> PublisherConfig {
+        PublisherConfig {
+            max_message: 4000,
+            max_datagram: 256,
+            retain_messages: 8,
+            retain_bytes: 8000,
+            heartbeat_interval: Duration::from_micros(100),
+            ..PublisherConfig::new(5, 77)
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            stream_id: 5,
+            max_datagram: 256,
+            max_message: 4000,
+        }
+    }
+
+    fn request(from: u64, count: u64, epoch: u64) -> [u8; DATAGRAM_HEADER_LEN] {
+        let mut b = [0u8; DATAGRAM_HEADER_LEN];
+        frame::encode_control(&mut b, Kind::Request, 5, epoch, from, count);
+        b
+    }
+
+    /// Sequences carried by each datagram, with its kind.
+    fn seqs(out: &[Vec<u8>]) -> Vec<(Kind, Vec<u64>)> {
+        out.iter()
+            .map(|d| match decode(d, &limits()).unwrap().frame {
+                Frame::Messages {
+                    retransmit,
+                    messages,
+                    ..
+                } => (
+                    if retransmit {
+                        Kind::Retransmit
+                    } else {
+                        Kind::Data
+                    },
+                    messages.map(|(h, _)| h.seq).collect(),
+                ),
+                Frame::NotAvailable { from, count } => {
+                    (Kind::NotAvailable, (from..from + count).collect())
+                }
+                Frame::Heartbeat { latest, oldest } => (Kind::Heartbeat, vec![latest, oldest]),
+                Frame::EndOfStream { last_seq, oldest } => {
+                    (Kind::EndOfStream, vec![last_seq, oldest])
+                }
+                f => panic!("{f:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rejects_unusable_settings_with_the_key_named() {
+        let bad = |f: fn(&mut PublisherConfig)| {
+            let mut c = config();
+            f(&mut c);
+            PublisherCore::new(&c).unwrap_err().key
+        };
+        assert_eq!(bad(|c| c.max_datagram = 64), "max_datagram");
+        assert_eq!(bad(|c| c.retain_messages = 6), "retain_messages");
+        assert_eq!(bad(|c| c.retain_bytes = 10), "retain_bytes");
+        assert_eq!(bad(|c| c.max_message = 0), "max_message");
+        assert_eq!(bad(|c| c.retransmit_burst = 0), "retransmit_burst");
+    }
+
+    #[test]
+    fn packs_messages_and_flushes_on_demand() {
+        let mut p = PublisherCore::new(&config()).unwrap();
+        let mut out = Vec::new();
+        for i in 0..5u8 {
+            p.publish(&[i; 20], None, 0, |d: &[u8]| out.push(d.to_vec()))
+                .unwrap();
+        }
+        // (256 - 40) / 44 = 4 messages fit; the fifth started a new one.
+        assert_eq!(out.len(), 1);
+        p.flush(1, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(
+            seqs(&out),
+            vec![(Kind::Data, vec![1, 2, 3, 4]), (Kind::Data, vec![5])]
+        );
+        assert_eq!(p.counters().messages_published, 5);
+        assert_eq!(p.counters().datagrams_sent, 2);
+    }
+
+    #[test]
+    fn answers_requests_from_the_window_and_says_what_is_gone() {
+        let mut p = PublisherCore::new(&config()).unwrap();
+        for i in 1..=12u8 {
+            p.publish(&[i; 10], None, 0, |_: &[u8]| {}).unwrap();
+        }
+        p.flush(0, |_: &[u8]| {});
+        assert_eq!(p.oldest_retained(), 5);
+        let mut out = Vec::new();
+        p.on_datagram(&request(2, 5, 77), 1, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        assert_eq!(
+            seqs(&out),
+            vec![
+                (Kind::NotAvailable, vec![2, 3, 4]),
+                (Kind::Retransmit, vec![5, 6])
+            ]
+        );
+        // Payloads are the retained ones.
+        let Frame::Messages { mut messages, .. } = decode(&out[1], &limits()).unwrap().frame else {
+            panic!()
+        };
+        assert_eq!(messages.next().unwrap().1, &[5u8; 10][..]);
+        // Beyond the latest: clamped; wholly beyond: ignored.
+        out.clear();
+        p.on_datagram(&request(11, 10, 77), 2, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        p.on_datagram(&request(13, 10, 77), 2, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        assert_eq!(seqs(&out), vec![(Kind::Retransmit, vec![11, 12])]);
+        let c = p.counters();
+        assert_eq!(
+            (
+                c.requests_received,
+                c.requests_served,
+                c.retransmitted,
+                c.not_available_sent
+            ),
+            (3, 2, 4, 1)
+        );
+        // Another incarnation's request, or a data datagram, is dropped.
+        assert_eq!(
+            p.on_datagram(&request(5, 1, 76), 3, |_: &[u8]| {}),
+            Err(DropReason::OldEpoch)
+        );
+        let mut hb = [0u8; DATAGRAM_HEADER_LEN];
+        frame::encode_control(&mut hb, Kind::Heartbeat, 5, 77, 1, 1);
+        assert_eq!(
+            p.on_datagram(&hb, 3, |_: &[u8]| {}),
+            Err(DropReason::UnexpectedKind)
+        );
+        assert_eq!(
+            p.on_datagram(&hb[..3], 3, |_: &[u8]| {}),
+            Err(DropReason::Truncated)
+        );
+        let d = p.counters().drops;
+        assert_eq!((d.old_epoch, d.unexpected_kind, d.truncated), (1, 1, 1));
+    }
+
+    #[test]
+    fn retransmission_is_limited_per_request_and_by_rate() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            retransmit_burst: 3,
+            retransmit_rate: 1000, // one per ms
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..8 {
+            p.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let mut n = 0u64;
+        let mut count = |d: &[u8]| {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                n += messages.len() as u64;
+            }
+        };
+        p.on_datagram(&request(1, 8, 77), 1_000_000_000, &mut count)
+            .unwrap();
+        // Bucket empty: nothing until it refills.
+        p.on_datagram(&request(4, 5, 77), 1_000_000_000, &mut count)
+            .unwrap();
+        p.on_datagram(&request(4, 5, 77), 1_002_000_000, &mut count)
+            .unwrap();
+        // 3 at once, none while the bucket is empty, 2 after 2 ms.
+        assert_eq!(n, 5);
+        assert_eq!(p.counters().retransmit_throttled, 5 + 5 + 3);
+    }
+
+    #[test]
+    fn heartbeats_only_when_idle_and_end_of_stream_repeats() {
+        let mut p = PublisherCore::new(&config()).unwrap();
+        let mut out = Vec::new();
+        p.tick(0, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(seqs(&out), vec![(Kind::Heartbeat, vec![0, 0])]);
+        out.clear();
+        p.publish(b"a", None, 50_000, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        // The tick flushes the pending message; no heartbeat: not idle.
+        p.tick(60_000, |d: &[u8]| out.push(d.to_vec()));
+        p.tick(159_999, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(seqs(&out), vec![(Kind::Data, vec![1])]);
+        p.tick(160_000, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(out.len(), 2);
+        assert_eq!(seqs(&out[1..]), vec![(Kind::Heartbeat, vec![1, 1])]);
+        out.clear();
+        p.close(200_000, |d: &[u8]| out.push(d.to_vec()));
+        p.tick(250_000, |d: &[u8]| out.push(d.to_vec()));
+        p.tick(300_000, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(
+            seqs(&out),
+            vec![
+                (Kind::EndOfStream, vec![1, 1]),
+                (Kind::EndOfStream, vec![1, 1])
+            ]
+        );
+        assert_eq!(
+            p.publish(b"late", None, 0, |_: &[u8]| {}),
+            Err(PublishError::Closed)
+        );
+    }
+
+    #[test]
+    fn claim_and_commit_write_in_place_and_fragment_large_messages() {
+        let mut p = PublisherCore::new(&config()).unwrap();
+        let mut out = Vec::new();
+        assert!(matches!(
+            p.claim(4001),
+            Err(PublishError::TooLarge { len: 4001, .. })
+        ));
+        assert_eq!(
+            p.commit(1, None, 0, |_: &[u8]| {}),
+            Err(PublishError::NotClaimed { len: 1 })
+        );
+        let buf = p.claim(1000).unwrap();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let seq = p
+            .commit(1000, Some(42), 0, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        assert_eq!(seq, 1);
+        let chunk = 256 - DATAGRAM_HEADER_LEN - crate::wire::HEADER_LEN;
+        assert_eq!(out.len(), 1000usize.div_ceil(chunk));
+        for d in &out {
+            assert!(d.len() <= 256);
+            let Frame::Fragment { header, .. } = decode(d, &limits()).unwrap().frame else {
+                panic!()
+            };
+            assert_eq!((header.seq, header.len, header.timestamp), (1, 1000, 42));
+            assert_eq!(header.flags, FLAG_TIMESTAMP);
+        }
+    }
+}

@@ -1,0 +1,1394 @@
+//! The subscriber's side of a datagram stream: sequencing, gap detection,
+//! retransmit requests, reordering, A/B line arbitration, reassembly and
+//! liveness, without sockets or a clock.
+//!
+//! A driver owns a [`SubscriberCore`] and:
+//! - hands every datagram received on the stream's multicast group to
+//!   [`on_datagram`](SubscriberCore::on_datagram) with the [`Line`] it came
+//!   on, and every datagram received on its unicast socket (the
+//!   publisher's replies) likewise, with either line;
+//! - calls [`tick`](SubscriberCore::tick) regularly (retry timers, the
+//!   publisher's liveness);
+//! - sends each datagram the `request` callback is given to the publisher's
+//!   unicast request address.
+//!
+//! Events reach the `deliver` callback in stream order. Every sequence
+//! number from the first delivered on is covered by exactly one
+//! [`Event::Message`] or one [`Event::Gap`] range.
+//!
+//! # Recovery
+//! A sequence is *missing* once something later has been seen: a later
+//! message on either line, or a heartbeat or end-of-stream marker
+//! announcing it. It is requested when every live line has been past it for
+//! at least `nak_delay` (so a message merely reordered within a line, or
+//! still on its way on the slower line, is never requested), or at the
+//! latest `line_grace` after it was noticed (a line that lags that much is
+//! not waited for). A line is live while it has delivered something within
+//! `line_timeout`. Adjacent missing sequences go in one request. A request
+//! unanswered after `request_timeout` is repeated, up to `max_retries`
+//! times; then, or when the publisher replies that the range is no longer
+//! retained, the sequences are given up and reported as a gap once every
+//! earlier message has been delivered.
+//!
+//! # Reordering
+//! A message at the delivery point is handed to the application straight
+//! from the datagram, without a copy. One that arrives early waits in the
+//! reorder window (`reorder_window` sequences, each with room for one
+//! unfragmented message). A message more than the window ahead of the
+//! delivery point moves it forward: whatever is missing below the new
+//! window is reported as a gap.
+
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::frame::{
+    self, DropReason, Fragment, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM,
+    MIN_DATAGRAM,
+};
+use super::packer::Packer;
+use super::reassembly::{Acquired, Added, Reassembler};
+use super::reorder::{ReorderWindow, State, INLINE, NEVER};
+use crate::config::LateJoin;
+use crate::error::ConfigError;
+use crate::message::{Event, Message};
+use crate::wire::Header;
+
+/// Which of two redundant feeds a datagram came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Line {
+    /// The first feed (the only one without redundancy).
+    A,
+    /// The second feed.
+    B,
+}
+
+impl Line {
+    /// 0 for A, 1 for B.
+    #[inline]
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Settings of a [`SubscriberCore`]. Memory: about `reorder_window` times
+/// `max_datagram` bytes, plus `reassembly_buffers` times `max_message`,
+/// all allocated at construction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriberConfig {
+    /// The stream to follow; datagrams of others are dropped.
+    pub stream_id: u32,
+    /// Largest message accepted.
+    pub max_message: usize,
+    /// Largest datagram accepted; the publisher's `max_datagram`.
+    pub max_datagram: usize,
+    /// Sequences the reorder window spans; a power of two.
+    pub reorder_window: usize,
+    /// Fragmented messages that can be in reassembly at once.
+    pub reassembly_buffers: usize,
+    /// Where to start when joining a running stream: at the first message
+    /// seen, or as far back as the publisher retains (at most
+    /// `reorder_window / 2` messages before the first one seen). After a
+    /// publisher restart the subscriber always starts from the new
+    /// incarnation's oldest retained message.
+    pub late_join: LateJoin,
+    /// How long every live line must have been past a missing message
+    /// before it is requested; covers reordering within a line.
+    pub nak_delay: Duration,
+    /// Longest wait for the other line to catch up before requesting;
+    /// covers the skew between lines.
+    pub line_grace: Duration,
+    /// A line silent for this long is not waited for.
+    pub line_timeout: Duration,
+    /// Time after a request before it is repeated.
+    pub request_timeout: Duration,
+    /// Repeats of an unanswered request before its messages are given up.
+    pub max_retries: u32,
+    /// Silence after which the publisher is reported down.
+    pub publisher_timeout: Duration,
+}
+
+impl SubscriberConfig {
+    /// Defaults for stream `stream_id`: 1472-byte datagrams, 64 KiB
+    /// messages, a 4096-message reorder window, 4 reassembly buffers, join
+    /// at the next message, nak delay 50 µs, line grace 1 ms, line timeout
+    /// 100 ms, request timeout 5 ms, 3 retries, publisher timeout 1 s.
+    pub fn new(stream_id: u32) -> SubscriberConfig {
+        SubscriberConfig {
+            stream_id,
+            max_message: 64 * 1024,
+            max_datagram: 1472,
+            reorder_window: 4096,
+            reassembly_buffers: 4,
+            late_join: LateJoin::Next,
+            nak_delay: Duration::from_micros(50),
+            line_grace: Duration::from_millis(1),
+            line_timeout: Duration::from_millis(100),
+            request_timeout: Duration::from_millis(5),
+            max_retries: 3,
+            publisher_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key: &str, msg: String| Err(ConfigError::new("<subscriber>", key, msg));
+        if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&self.max_datagram) {
+            return err(
+                "max_datagram",
+                format!(
+                    "{} is out of range: allowed {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes",
+                    self.max_datagram
+                ),
+            );
+        }
+        if self.max_message == 0 || self.max_message > u32::MAX as usize {
+            return err(
+                "max_message",
+                format!("{} is out of range", self.max_message),
+            );
+        }
+        if !self.reorder_window.is_power_of_two() || self.reorder_window < 2 {
+            return err(
+                "reorder_window",
+                format!(
+                    "{} is not allowed: a power of two, at least 2",
+                    self.reorder_window
+                ),
+            );
+        }
+        if self.reassembly_buffers == 0 {
+            return err("reassembly_buffers", "0 is not allowed: at least 1".into());
+        }
+        if self.publisher_timeout.is_zero() || self.request_timeout.is_zero() {
+            return err(
+                "timeouts",
+                "request_timeout and publisher_timeout must not be 0".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct LineState {
+    /// Delivered something in this epoch.
+    heard: bool,
+    last_heard: u64,
+    /// Every sequence up to this one has been sent on the line before the
+    /// last datagram it delivered.
+    past: u64,
+}
+
+/// A run of given-up sequences, reported as one gap (or, when they predate
+/// the join, skipped) once the run ends.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    from: u64,
+    to: u64,
+    silent: bool,
+}
+
+/// The subscriber's protocol state. One thread owns it: every method takes
+/// `&mut self`, and nothing is shared.
+#[derive(Debug)]
+pub struct SubscriberCore {
+    limits: Limits,
+    late_join: LateJoin,
+    nak_ns: u64,
+    grace_ns: u64,
+    line_timeout_ns: u64,
+    request_timeout_ns: u64,
+    max_retries: u32,
+    publisher_timeout_ns: u64,
+
+    window: ReorderWindow,
+    reassembly: Reassembler,
+    counters: Counters,
+    request_buf: [u8; DATAGRAM_HEADER_LEN],
+
+    /// The incarnation followed; `None` until the first datagram.
+    epoch: Option<u64>,
+    /// Next sequence to deliver. Invariant: `next <= high + 1` and
+    /// `high < next + window capacity`.
+    next: u64,
+    /// Highest sequence known to exist.
+    high: u64,
+    /// First sequence seen live when this epoch was joined from its oldest
+    /// message; below it, not-retained messages are skipped, not lost,
+    /// until something has been reported.
+    join_until: u64,
+    /// A message or a gap has been delivered in this epoch.
+    reported: bool,
+    lines: [LineState; 2],
+    last_heard: u64,
+    down_reported: bool,
+    end_of_stream: Option<u64>,
+    end_reported: bool,
+    /// Earliest time a missing sequence may need a request or a verdict.
+    next_deadline: u64,
+}
+
+impl SubscriberCore {
+    /// Allocates every buffer the subscriber will use.
+    pub fn new(cfg: &SubscriberConfig) -> Result<SubscriberCore, ConfigError> {
+        cfg.validate()?;
+        Ok(SubscriberCore {
+            limits: Limits {
+                stream_id: cfg.stream_id,
+                max_datagram: cfg.max_datagram,
+                max_message: cfg.max_message,
+            },
+            late_join: cfg.late_join,
+            nak_ns: ns(cfg.nak_delay),
+            grace_ns: ns(cfg.line_grace),
+            line_timeout_ns: ns(cfg.line_timeout),
+            request_timeout_ns: ns(cfg.request_timeout),
+            max_retries: cfg.max_retries,
+            publisher_timeout_ns: ns(cfg.publisher_timeout),
+            window: ReorderWindow::new(
+                cfg.reorder_window,
+                Packer::max_unfragmented(cfg.max_datagram),
+            ),
+            reassembly: Reassembler::new(cfg.reassembly_buffers, cfg.max_message),
+            counters: Counters::default(),
+            request_buf: [0; DATAGRAM_HEADER_LEN],
+            epoch: None,
+            next: 0,
+            high: 0,
+            join_until: 0,
+            reported: false,
+            lines: [LineState::default(); 2],
+            last_heard: 0,
+            down_reported: false,
+            end_of_stream: None,
+            end_reported: false,
+            next_deadline: NEVER,
+        })
+    }
+
+    /// What the subscriber has done so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The publisher incarnation followed, once one has been heard.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// Sequence the next delivered message will have (0 before the first
+    /// datagram).
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// Sequences known to exist but neither delivered nor given up yet.
+    pub fn outstanding(&self) -> u64 {
+        match self.epoch {
+            Some(_) => (self.high + 1).saturating_sub(self.next),
+            None => 0,
+        }
+    }
+
+    /// Handles one received datagram. Events go to `deliver` in stream
+    /// order; retransmit requests that are due go to `request`. Returns why
+    /// the datagram (or one of its fragments) was dropped, if it was; the
+    /// reason is counted either way.
+    pub fn on_datagram<D, R>(
+        &mut self,
+        line: Line,
+        datagram: &[u8],
+        now: u64,
+        mut deliver: D,
+        mut request: R,
+    ) -> Result<(), DropReason>
+    where
+        D: FnMut(Event<'_>),
+        R: FnMut(&[u8]),
+    {
+        self.counters.datagrams_received += 1;
+        let result = self.handle(line, datagram, now, &mut deliver);
+        if let Err(r) = result {
+            self.counters.drops.record(r);
+        }
+        if now >= self.next_deadline {
+            self.service(now, &mut deliver, &mut request);
+        }
+        result
+    }
+
+    /// Call regularly: sends requests and repeats that are due, gives up
+    /// messages whose retries ran out, and reports a silent publisher
+    /// (once per silence).
+    pub fn tick<D, R>(&mut self, now: u64, mut deliver: D, mut request: R)
+    where
+        D: FnMut(Event<'_>),
+        R: FnMut(&[u8]),
+    {
+        if self.epoch.is_none() {
+            return;
+        }
+        if now >= self.next_deadline {
+            self.service(now, &mut deliver, &mut request);
+        }
+        if !self.down_reported
+            && !self.end_reported
+            && now.saturating_sub(self.last_heard) >= self.publisher_timeout_ns
+        {
+            self.down_reported = true;
+            self.counters.publisher_down += 1;
+            deliver(Event::PublisherDown {
+                last_seq: self.high,
+            });
+        }
+    }
+
+    fn handle<D: FnMut(Event<'_>)>(
+        &mut self,
+        line: Line,
+        datagram: &[u8],
+        now: u64,
+        deliver: &mut D,
+    ) -> Result<(), DropReason> {
+        let d = frame::decode(datagram, &self.limits)?;
+        if let Frame::Request { .. } = d.frame {
+            return Err(DropReason::UnexpectedKind);
+        }
+        let live = d.frame.is_live();
+        match self.epoch {
+            Some(e) if d.epoch == e => {}
+            Some(e) if d.epoch < e => return Err(DropReason::OldEpoch),
+            _ if !live => return Err(DropReason::Unsolicited),
+            Some(_) => {
+                // Whatever is known of the old incarnation is settled
+                // first, so its losses are reported, not forgotten.
+                let high = self.high;
+                self.advance(high + 1, deliver);
+                self.counters.restarts += 1;
+                deliver(Event::PublisherRestarted { epoch: d.epoch });
+                self.start(d.epoch, &d.frame, now, true);
+            }
+            None => {
+                let from_oldest = self.late_join == LateJoin::Oldest;
+                self.start(d.epoch, &d.frame, now, from_oldest);
+            }
+        }
+        if let Frame::EndOfStream { last_seq, .. } = d.frame {
+            // A publisher never takes back a message it announced.
+            if last_seq < self.high {
+                return Err(DropReason::BadSequence);
+            }
+        }
+        if let Some(last) = self.end_of_stream {
+            // Nothing follows the end of a stream but repeats of the marker.
+            let beyond = match d.frame {
+                Frame::Messages {
+                    first_seq,
+                    messages,
+                    ..
+                } => first_seq + messages.len() as u64 - 1 > last,
+                Frame::Fragment { header, .. } => header.seq > last,
+                Frame::Heartbeat { latest, .. } => latest > last,
+                Frame::EndOfStream { last_seq, .. } => last_seq != last,
+                Frame::Request { .. } | Frame::NotAvailable { .. } => false,
+            };
+            if beyond {
+                return Err(DropReason::BadSequence);
+            }
+        }
+        self.last_heard = now;
+        self.down_reported = false;
+        if live {
+            let l = &mut self.lines[line.index()];
+            l.heard = true;
+            l.last_heard = now;
+        }
+        let mut result = Ok(());
+        match d.frame {
+            Frame::Messages {
+                retransmit,
+                messages,
+                ..
+            } => {
+                let mut last = 0;
+                for (h, payload) in messages {
+                    last = h.seq;
+                    self.accept(line, retransmit, &h, payload, now, deliver);
+                }
+                if !retransmit {
+                    self.line_past(line, last, now);
+                }
+            }
+            Frame::Fragment {
+                retransmit,
+                header,
+                fragment,
+                bytes,
+            } => {
+                result =
+                    self.accept_fragment(line, retransmit, &header, fragment, bytes, now, deliver);
+                if !retransmit {
+                    // A line is past a fragmented message once it has sent
+                    // the last fragment (fragments go out in order).
+                    let done = fragment.index + 1 == fragment.count;
+                    let past = if done { header.seq } else { header.seq - 1 };
+                    self.line_past(line, past, now);
+                }
+            }
+            Frame::Heartbeat { latest, .. } => {
+                self.counters.heartbeats_received += 1;
+                self.learn_high(latest, now, deliver);
+                self.line_past(line, latest, now);
+            }
+            Frame::EndOfStream { last_seq, .. } => {
+                self.learn_high(last_seq, now, deliver);
+                self.line_past(line, last_seq, now);
+                self.end_of_stream = Some(last_seq);
+            }
+            Frame::NotAvailable { from, count } => {
+                self.counters.not_available_received += 1;
+                let last = (from + count - 1).min(self.high);
+                for s in from.max(self.next)..=last {
+                    let slot = self.window.slot_mut(s);
+                    if slot.state == State::Missing {
+                        slot.state = State::NotRetained;
+                    }
+                }
+            }
+            Frame::Request { .. } => {}
+        }
+        self.advance(0, deliver);
+        if let Some(last) = self.end_of_stream {
+            if !self.end_reported && self.next > last {
+                self.end_reported = true;
+                deliver(Event::EndOfStream { last_seq: last });
+            }
+        }
+        result
+    }
+
+    /// Begins following incarnation `epoch`, whose first datagram seen is
+    /// `frame`. From the oldest: the messages before it (as far back as the
+    /// window reaches) are marked missing, so they are requested.
+    fn start(&mut self, epoch: u64, frame: &Frame<'_>, now: u64, from_oldest: bool) {
+        self.epoch = Some(epoch);
+        self.reported = false;
+        self.lines = [LineState::default(); 2];
+        self.down_reported = false;
+        self.end_of_stream = None;
+        self.end_reported = false;
+        self.next_deadline = NEVER;
+        self.reassembly.clear();
+        // Half the window for history, so that live messages arriving
+        // while it is fetched still fit beside it.
+        let back = self.window.capacity() / 2;
+        // `first`: the first sequence this datagram shows; `oldest`: the
+        // first the publisher says it retains.
+        let (first, oldest) = match *frame {
+            Frame::Messages { first_seq, .. } => (first_seq, 1),
+            Frame::Fragment { header, .. } => (header.seq, 1),
+            Frame::Heartbeat { latest, oldest } => (latest + 1, oldest),
+            Frame::EndOfStream { last_seq, oldest } => (last_seq + 1, oldest),
+            Frame::Request { .. } | Frame::NotAvailable { .. } => (1, 1),
+        };
+        self.next = if from_oldest {
+            first.saturating_sub(back).max(oldest).max(1)
+        } else {
+            first
+        };
+        self.high = self.next - 1;
+        self.join_until = first;
+        if self.next < first {
+            self.mark_missing(self.next, first - 1, now);
+            self.high = first - 1;
+        }
+    }
+
+    /// Records `from..=to` as missing since `now`.
+    fn mark_missing(&mut self, from: u64, to: u64, now: u64) {
+        for s in from..=to {
+            let past_at = [0, 1].map(|i| if self.lines[i].past >= s { now } else { NEVER });
+            self.window.mark_missing(s, now, past_at);
+        }
+        self.next_deadline = self.next_deadline.min(now.saturating_add(self.nak_ns));
+    }
+
+    /// Line `line` has sent everything up to `past`.
+    fn line_past(&mut self, line: Line, past: u64, now: u64) {
+        let i = line.index();
+        let before = self.lines[i].past;
+        if past <= before {
+            return;
+        }
+        self.lines[i].past = past;
+        let mut touched = false;
+        for s in (before + 1).max(self.next)..=past.min(self.high) {
+            let slot = self.window.slot_mut(s);
+            if slot.state == State::Missing && slot.past_at[i] == NEVER {
+                slot.past_at[i] = now;
+                touched = true;
+            }
+        }
+        if touched {
+            self.next_deadline = self.next_deadline.min(now.saturating_add(self.nak_ns));
+        }
+    }
+
+    /// The publisher says sequences up to `seq` exist.
+    fn learn_high<D: FnMut(Event<'_>)>(&mut self, seq: u64, now: u64, deliver: &mut D) {
+        if seq <= self.high {
+            return;
+        }
+        let cap = self.window.capacity();
+        if seq - self.next >= cap {
+            self.advance(seq - cap + 1, deliver);
+        }
+        if seq > self.high {
+            self.mark_missing(self.high + 1, seq, now);
+            self.counters.gaps_detected += 1;
+            self.high = seq;
+        }
+    }
+
+    /// A copy of a whole message arrived.
+    fn accept<D: FnMut(Event<'_>)>(
+        &mut self,
+        line: Line,
+        retransmit: bool,
+        h: &Header,
+        payload: &[u8],
+        now: u64,
+        deliver: &mut D,
+    ) {
+        let s = h.seq;
+        if !self.admit(s, deliver) {
+            return;
+        }
+        if s <= self.high {
+            if self.window.slot(s).state == State::Present {
+                self.counters.duplicates += 1;
+                return;
+            }
+            // Filling a hole (possibly one already given up but not yet
+            // reported: the message is still welcome).
+            if retransmit {
+                self.counters.recovered += 1;
+            }
+        } else {
+            if s > self.high + 1 {
+                self.mark_missing(self.high + 1, s - 1, now);
+                self.counters.gaps_detected += 1;
+            }
+            self.high = s;
+        }
+        if !retransmit {
+            self.win(line);
+        }
+        if s == self.next {
+            // In order: straight from the datagram, no copy.
+            self.reported = true;
+            self.counters.messages_delivered += 1;
+            self.next = s + 1;
+            deliver(Event::Message(Message {
+                seq: s,
+                flags: h.flags,
+                timestamp: h.timestamp,
+                payload,
+            }));
+            self.advance(0, deliver);
+        } else {
+            self.window.store(h, payload);
+        }
+    }
+
+    /// Drops a copy older than the delivery point, and moves the window
+    /// forward when `seq` is beyond it. Returns whether to go on with it.
+    fn admit<D: FnMut(Event<'_>)>(&mut self, seq: u64, deliver: &mut D) -> bool {
+        let cap = self.window.capacity();
+        if seq < self.next {
+            if self.next - seq <= cap {
+                self.counters.duplicates += 1;
+            } else {
+                self.counters.stale += 1;
+            }
+            return false;
+        }
+        if seq - self.next >= cap {
+            self.advance(seq - cap + 1, deliver);
+        }
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn accept_fragment<D: FnMut(Event<'_>)>(
+        &mut self,
+        line: Line,
+        retransmit: bool,
+        h: &Header,
+        f: Fragment,
+        bytes: &[u8],
+        now: u64,
+        deliver: &mut D,
+    ) -> Result<(), DropReason> {
+        let s = h.seq;
+        if !self.admit(s, deliver) {
+            return Ok(());
+        }
+        if s <= self.high {
+            if self.window.slot(s).state == State::Present {
+                self.counters.duplicates += 1;
+                return Ok(());
+            }
+        } else {
+            if s > self.high + 1 {
+                self.mark_missing(self.high + 1, s - 1, now);
+                self.counters.gaps_detected += 1;
+            }
+            // Missing until its last fragment is in.
+            self.mark_missing(s, s, now);
+            self.high = s;
+        }
+        self.counters.fragments_received += 1;
+        let k = match self.reassembly.find(s, self.next) {
+            Some(k) => k,
+            None => match self.reassembly.acquire(s, self.next, h, f) {
+                Acquired::Free(k) => k,
+                Acquired::Evicted(k, evicted) => {
+                    self.counters.reassembly_evictions += 1;
+                    let slot = self.window.slot_mut(evicted);
+                    if evicted <= self.high
+                        && slot.state == State::Present
+                        && slot.reassembly == k as u32
+                    {
+                        slot.state = State::Missing;
+                        slot.reassembly = INLINE;
+                        self.next_deadline = now;
+                    }
+                    k
+                }
+                Acquired::Full => return Err(DropReason::ReassemblyFull),
+            },
+        };
+        match self.reassembly.add(k, h, f, bytes, retransmit) {
+            Err(()) => return Err(DropReason::BadFragment),
+            Ok(Added::Duplicate) => self.counters.duplicates += 1,
+            Ok(Added::Partial) => {}
+            Ok(Added::Complete) => {
+                if self.reassembly.retransmitted(k) {
+                    self.counters.recovered += 1;
+                } else {
+                    self.win(line);
+                }
+                let slot = self.window.slot_mut(s);
+                slot.state = State::Present;
+                slot.reassembly = k as u32;
+                self.advance(0, deliver);
+            }
+        }
+        Ok(())
+    }
+
+    fn win(&mut self, line: Line) {
+        match line {
+            Line::A => self.counters.wins_a += 1,
+            Line::B => self.counters.wins_b += 1,
+        }
+    }
+
+    /// Delivers from the reorder window while the next message is here or
+    /// given up; below `force_to`, missing messages are given up too.
+    fn advance<D: FnMut(Event<'_>)>(&mut self, force_to: u64, deliver: &mut D) {
+        let mut run: Option<Run> = None;
+        loop {
+            let s = self.next;
+            if s > self.high {
+                if s < force_to {
+                    // Never seen at all: lost as one block.
+                    self.push_lost(&mut run, s, force_to, false, deliver);
+                    self.next = force_to;
+                    self.high = force_to - 1;
+                }
+                break;
+            }
+            match self.window.slot(s).state {
+                State::Present => {
+                    self.flush_run(&mut run, deliver);
+                    self.deliver_held(s, deliver);
+                }
+                State::Lost => self.push_lost(&mut run, s, s + 1, false, deliver),
+                State::NotRetained => self.push_lost(&mut run, s, s + 1, true, deliver),
+                State::Missing if s < force_to => {
+                    self.push_lost(&mut run, s, s + 1, false, deliver)
+                }
+                State::Missing => break,
+            }
+            self.next = s + 1;
+        }
+        self.flush_run(&mut run, deliver);
+    }
+
+    /// Hands the held message `seq` to the application.
+    fn deliver_held<D: FnMut(Event<'_>)>(&mut self, seq: u64, deliver: &mut D) {
+        self.reported = true;
+        self.counters.messages_delivered += 1;
+        let slot = *self.window.slot(seq);
+        if slot.reassembly == INLINE {
+            deliver(Event::Message(Message {
+                seq,
+                flags: slot.flags,
+                timestamp: slot.timestamp,
+                payload: self.window.payload(seq),
+            }));
+        } else {
+            let k = slot.reassembly as usize;
+            let (h, payload) = self.reassembly.message(k);
+            deliver(Event::Message(Message {
+                seq,
+                flags: h.flags,
+                timestamp: h.timestamp,
+                payload,
+            }));
+            self.reassembly.release(k);
+        }
+    }
+
+    /// Adds `from..to` to the run of given-up sequences.
+    fn push_lost<D: FnMut(Event<'_>)>(
+        &mut self,
+        run: &mut Option<Run>,
+        from: u64,
+        to: u64,
+        not_retained: bool,
+        deliver: &mut D,
+    ) {
+        // Messages the publisher no longer had when this subscriber joined
+        // predate it: skipped, as long as nothing has been delivered yet.
+        let silent = not_retained && !self.reported && from < self.join_until;
+        if !silent {
+            self.reported = true;
+        }
+        match run {
+            Some(r) if r.to == from && r.silent == silent => r.to = to,
+            _ => {
+                self.flush_run(run, deliver);
+                *run = Some(Run { from, to, silent });
+            }
+        }
+    }
+
+    fn flush_run<D: FnMut(Event<'_>)>(&mut self, run: &mut Option<Run>, deliver: &mut D) {
+        if let Some(r) = run.take() {
+            let n = r.to - r.from;
+            if r.silent {
+                self.counters.join_skipped += n;
+            } else {
+                self.counters.unrecoverable += n;
+                self.counters.gap_events += 1;
+                deliver(Event::Gap {
+                    from: r.from,
+                    to: r.to,
+                });
+            }
+        }
+    }
+
+    /// Sends the requests that are due, gives up what ran out of retries,
+    /// and sets the next deadline.
+    fn service<D, R>(&mut self, now: u64, deliver: &mut D, request: &mut R)
+    where
+        D: FnMut(Event<'_>),
+        R: FnMut(&[u8]),
+    {
+        self.next_deadline = NEVER;
+        let live = [0, 1].map(|i| {
+            let l = &self.lines[i];
+            l.heard && now.saturating_sub(l.last_heard) < self.line_timeout_ns
+        });
+        let mut run: Option<(u64, u64)> = None;
+        let mut s = self.next;
+        while s <= self.high {
+            let slot = *self.window.slot(s);
+            if slot.state != State::Missing {
+                self.send_request(&mut run, now, request);
+                s += 1;
+                continue;
+            }
+            let due = if slot.tries == 0 {
+                let grace_at = slot.noticed.saturating_add(self.grace_ns.max(self.nak_ns));
+                let mut lines_at = slot.noticed.saturating_add(self.nak_ns);
+                let mut all_past = true;
+                for (&live, &past_at) in live.iter().zip(&slot.past_at) {
+                    match past_at {
+                        _ if !live => {}
+                        NEVER => all_past = false,
+                        t => lines_at = lines_at.max(t.saturating_add(self.nak_ns)),
+                    }
+                }
+                if all_past {
+                    lines_at.min(grace_at)
+                } else {
+                    grace_at
+                }
+            } else {
+                slot.last_request.saturating_add(self.request_timeout_ns)
+            };
+            if now < due {
+                self.send_request(&mut run, now, request);
+                self.next_deadline = self.next_deadline.min(due);
+            } else if slot.tries > self.max_retries {
+                self.send_request(&mut run, now, request);
+                self.window.slot_mut(s).state = State::Lost;
+            } else {
+                match &mut run {
+                    Some((_, to)) => *to = s + 1,
+                    None => run = Some((s, s + 1)),
+                }
+            }
+            s += 1;
+        }
+        self.send_request(&mut run, now, request);
+        self.advance(0, deliver);
+    }
+
+    /// Sends one request for the run `from..to`, if any.
+    fn send_request<R: FnMut(&[u8])>(
+        &mut self,
+        run: &mut Option<(u64, u64)>,
+        now: u64,
+        request: &mut R,
+    ) {
+        let Some((from, to)) = run.take() else {
+            return;
+        };
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        frame::encode_control(
+            &mut self.request_buf,
+            Kind::Request,
+            self.limits.stream_id,
+            epoch,
+            from,
+            to - from,
+        );
+        request(&self.request_buf);
+        self.counters.requests_sent += 1;
+        self.counters.datagrams_sent += 1;
+        self.counters.messages_requested += to - from;
+        for s in from..to {
+            let slot = self.window.slot_mut(s);
+            slot.tries += 1;
+            slot.last_request = now;
+        }
+        self.next_deadline = self
+            .next_deadline
+            .min(now.saturating_add(self.request_timeout_ns));
+    }
+
+    /// Start and capacity of every buffer, to show they never move.
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> Vec<(usize, usize)> {
+        let mut v = self.window.buffers().to_vec();
+        v.extend(self.reassembly.buffers());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recovery::frame::DatagramHeader;
+    use crate::recovery::publisher::{PublisherConfig, PublisherCore};
+    use crate::recovery::sim::{own, Ev};
+    use crate::wire::HEADER_LEN;
+
+    const US: u64 = 1_000;
+
+    fn config() -> SubscriberConfig {
+        SubscriberConfig {
+            max_message: 2000,
+            max_datagram: 256,
+            reorder_window: 16,
+            reassembly_buffers: 2,
+            nak_delay: Duration::from_micros(10),
+            line_grace: Duration::from_micros(100),
+            line_timeout: Duration::from_millis(1),
+            request_timeout: Duration::from_micros(200),
+            max_retries: 1,
+            publisher_timeout: Duration::from_millis(5),
+            ..SubscriberConfig::new(5)
+        }
+    }
+
+    /// A data datagram holding messages `first..first+n` (payload: the
+    /// sequence as 8 bytes).
+    fn data(epoch: u64, first: u64, n: u64, retransmit: bool) -> Vec<u8> {
+        let mut b = vec![0u8; DATAGRAM_HEADER_LEN];
+        for seq in first..first + n {
+            let mut h = [0u8; HEADER_LEN];
+            Header {
+                seq,
+                len: 8,
+                flags: 0,
+                timestamp: 0,
+            }
+            .encode(&mut h);
+            b.extend_from_slice(&h);
+            b.extend_from_slice(&seq.to_le_bytes());
+        }
+        let length = b.len() as u32;
+        DatagramHeader {
+            kind: if retransmit {
+                Kind::Retransmit
+            } else {
+                Kind::Data
+            },
+            count: n as u16,
+            stream_id: 5,
+            length,
+            epoch,
+            seq: first,
+            arg: 0,
+        }
+        .encode(&mut b);
+        b
+    }
+
+    fn control(kind: Kind, epoch: u64, seq: u64, arg: u64) -> Vec<u8> {
+        let mut b = [0u8; DATAGRAM_HEADER_LEN];
+        frame::encode_control(&mut b, kind, 5, epoch, seq, arg);
+        b.to_vec()
+    }
+
+    fn msg(seq: u64) -> Ev {
+        Ev::Msg(seq, seq.to_le_bytes().to_vec())
+    }
+
+    /// A subscriber with logs of its events and of the ranges it asked for.
+    struct T {
+        sub: SubscriberCore,
+        events: Vec<Ev>,
+        requests: Vec<(u64, u64)>,
+    }
+
+    impl T {
+        fn new(cfg: SubscriberConfig) -> T {
+            T {
+                sub: SubscriberCore::new(&cfg).unwrap(),
+                events: Vec::new(),
+                requests: Vec::new(),
+            }
+        }
+
+        fn feed(&mut self, line: Line, d: &[u8], now: u64) -> Result<(), DropReason> {
+            let (events, requests) = (&mut self.events, &mut self.requests);
+            self.sub.on_datagram(
+                line,
+                d,
+                now,
+                |e| events.push(own(e)),
+                |r| requests.push(parse_request(r)),
+            )
+        }
+
+        fn tick(&mut self, now: u64) {
+            let (events, requests) = (&mut self.events, &mut self.requests);
+            self.sub.tick(
+                now,
+                |e| events.push(own(e)),
+                |r| requests.push(parse_request(r)),
+            )
+        }
+
+        fn take(&mut self) -> Vec<Ev> {
+            std::mem::take(&mut self.events)
+        }
+    }
+
+    fn parse_request(r: &[u8]) -> (u64, u64) {
+        let limits = Limits {
+            stream_id: 5,
+            max_datagram: 256,
+            max_message: 2000,
+        };
+        match frame::decode(r, &limits).unwrap().frame {
+            Frame::Request { from, count } => (from, from + count),
+            f => panic!("{f:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_unusable_settings_with_the_key_named() {
+        let bad = |f: fn(&mut SubscriberConfig)| {
+            let mut c = config();
+            f(&mut c);
+            SubscriberCore::new(&c).unwrap_err().key
+        };
+        assert_eq!(bad(|c| c.reorder_window = 12), "reorder_window");
+        assert_eq!(bad(|c| c.max_datagram = 70_000), "max_datagram");
+        assert_eq!(bad(|c| c.reassembly_buffers = 0), "reassembly_buffers");
+        assert_eq!(bad(|c| c.max_message = 0), "max_message");
+    }
+
+    #[test]
+    fn in_order_messages_are_delivered_from_the_datagram_itself() {
+        let mut sub = SubscriberCore::new(&config()).unwrap();
+        let d = data(1, 1, 3, false);
+        let range = d.as_ptr_range();
+        let mut seen = Vec::new();
+        sub.on_datagram(
+            Line::A,
+            &d,
+            0,
+            |e| {
+                if let Event::Message(m) = e {
+                    assert!(range.contains(&m.payload().as_ptr()), "copied");
+                    seen.push(m.seq());
+                }
+            },
+            |_| panic!("no request"),
+        )
+        .unwrap();
+        assert_eq!(seen, [1, 2, 3]);
+        assert_eq!(sub.counters().messages_delivered, 3);
+        assert_eq!(sub.counters().wins_a, 3);
+    }
+
+    #[test]
+    fn out_of_order_waits_and_duplicates_are_dropped() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 3, 2, false), US).unwrap();
+        assert_eq!(t.take(), vec![msg(1)]);
+        t.feed(Line::A, &data(1, 4, 1, false), US).unwrap();
+        t.feed(Line::A, &data(1, 2, 1, false), 2 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(2), msg(3), msg(4)]);
+        t.feed(Line::A, &data(1, 1, 4, false), 3 * US).unwrap();
+        let c = t.sub.counters();
+        assert_eq!((c.duplicates, c.gaps_detected, c.requests_sent), (5, 1, 0));
+        assert!(t.requests.is_empty(), "reordered within nak_delay");
+    }
+
+    #[test]
+    fn a_gap_is_requested_after_nak_delay_and_recovered() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 4, 1, false), US).unwrap();
+        t.tick(10 * US);
+        assert!(t.requests.is_empty());
+        t.tick(11 * US);
+        assert_eq!(t.requests, vec![(2, 4)], "adjacent sequences coalesce");
+        t.feed(Line::A, &data(1, 2, 2, true), 20 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(1), msg(2), msg(3), msg(4)]);
+        let c = t.sub.counters();
+        assert_eq!(
+            (c.recovered, c.requests_sent, c.messages_requested),
+            (2, 1, 2)
+        );
+        // Nothing more is asked for.
+        t.tick(10_000 * US);
+        assert_eq!(t.requests.len(), 1);
+    }
+
+    #[test]
+    fn retries_then_reports_the_gap() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 3, 1, false), 0).unwrap();
+        t.tick(10 * US);
+        t.tick(209 * US);
+        t.tick(210 * US);
+        assert_eq!(t.requests, vec![(2, 3), (2, 3)]);
+        t.tick(409 * US);
+        assert_eq!(t.take(), vec![msg(1)]);
+        t.tick(410 * US);
+        assert_eq!(t.take(), vec![Ev::Gap(2, 3), msg(3)]);
+        let c = t.sub.counters();
+        assert_eq!((c.unrecoverable, c.gap_events, c.requests_sent), (1, 1, 2));
+        // A late copy is a duplicate, not a second delivery.
+        t.feed(Line::A, &data(1, 2, 1, true), 500 * US).unwrap();
+        assert!(t.take().is_empty());
+        assert_eq!(t.sub.counters().duplicates, 1);
+    }
+
+    #[test]
+    fn not_available_is_reported_as_a_gap_at_once() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 5, 1, false), 0).unwrap();
+        t.tick(10 * US);
+        assert_eq!(t.requests, vec![(2, 5)]);
+        t.feed(Line::A, &control(Kind::NotAvailable, 1, 2, 2), 12 * US)
+            .unwrap();
+        t.feed(Line::A, &data(1, 4, 1, true), 12 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(1), Ev::Gap(2, 4), msg(4), msg(5)]);
+        let c = t.sub.counters();
+        assert_eq!(
+            (c.not_available_received, c.unrecoverable, c.recovered),
+            (1, 2, 1)
+        );
+    }
+
+    #[test]
+    fn heartbeat_reveals_a_lost_tail() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 2, false), 0).unwrap();
+        t.feed(Line::A, &control(Kind::Heartbeat, 1, 4, 1), 50 * US)
+            .unwrap();
+        t.tick(60 * US);
+        assert_eq!(t.requests, vec![(3, 5)]);
+        t.feed(Line::A, &data(1, 3, 2, true), 70 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(1), msg(2), msg(3), msg(4)]);
+        let c = t.sub.counters();
+        assert_eq!(
+            (c.heartbeats_received, c.gaps_detected, c.recovered),
+            (1, 1, 2)
+        );
+    }
+
+    #[test]
+    fn silence_reports_the_publisher_down_once() {
+        let mut t = T::new(config());
+        t.tick(100_000 * US);
+        assert!(t.take().is_empty(), "nothing to report before a publisher");
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.tick(4_999 * US);
+        t.tick(5_000 * US);
+        t.tick(6_000 * US);
+        assert_eq!(t.take(), vec![msg(1), Ev::Down(1)]);
+        // Back again, then silent again: reported again.
+        t.feed(Line::A, &control(Kind::Heartbeat, 1, 1, 1), 7_000 * US)
+            .unwrap();
+        t.tick(12_000 * US);
+        assert_eq!(t.take(), vec![Ev::Down(1)]);
+        assert_eq!(t.sub.counters().publisher_down, 2);
+    }
+
+    #[test]
+    fn end_of_stream_comes_after_the_last_message() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &control(Kind::EndOfStream, 1, 2, 1), US)
+            .unwrap();
+        assert_eq!(t.take(), vec![msg(1)]);
+        t.feed(Line::A, &control(Kind::EndOfStream, 1, 2, 1), 2 * US)
+            .unwrap();
+        t.feed(Line::A, &data(1, 2, 1, false), 3 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(2), Ev::End(2)]);
+        assert_eq!(
+            t.feed(Line::A, &data(1, 3, 1, false), 4 * US),
+            Err(DropReason::BadSequence)
+        );
+        t.tick(1_000_000 * US);
+        assert!(t.take().is_empty(), "a closed stream is not down");
+    }
+
+    #[test]
+    fn a_new_epoch_restarts_and_old_epochs_are_dropped() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(10, 1, 3, false), 0).unwrap();
+        t.feed(Line::A, &data(10, 5, 1, false), 0).unwrap();
+        // The new incarnation's second datagram arrives first.
+        t.feed(Line::A, &data(11, 3, 1, false), US).unwrap();
+        assert_eq!(
+            t.take(),
+            vec![
+                msg(1),
+                msg(2),
+                msg(3),
+                Ev::Gap(4, 5),
+                msg(5),
+                Ev::Restart(11)
+            ]
+        );
+        assert_eq!(
+            t.feed(Line::A, &data(10, 6, 1, false), US),
+            Err(DropReason::OldEpoch)
+        );
+        t.feed(Line::A, &data(11, 1, 2, false), 2 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+        assert!(t.requests.is_empty());
+        let c = t.sub.counters();
+        assert_eq!((c.restarts, c.drops.old_epoch), (1, 1));
+        // Replies for an incarnation not followed are unsolicited.
+        assert_eq!(
+            t.feed(Line::A, &data(12, 1, 1, true), 3 * US),
+            Err(DropReason::Unsolicited)
+        );
+    }
+
+    #[test]
+    fn a_restart_recovers_the_new_incarnations_first_messages() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(10, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(11, 4, 1, false), US).unwrap();
+        t.tick(20 * US);
+        assert_eq!(t.requests, vec![(1, 4)]);
+        t.feed(Line::A, &data(11, 1, 3, true), 30 * US).unwrap();
+        assert_eq!(
+            t.take(),
+            vec![msg(1), Ev::Restart(11), msg(1), msg(2), msg(3), msg(4)]
+        );
+    }
+
+    #[test]
+    fn late_join_next_starts_at_the_first_message_seen() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 100, 1, false), 0).unwrap();
+        t.tick(1_000 * US);
+        assert_eq!(t.take(), vec![msg(100)]);
+        assert!(t.requests.is_empty());
+        // Joining on a heartbeat: start after it.
+        let mut t = T::new(config());
+        t.feed(Line::A, &control(Kind::Heartbeat, 1, 50, 10), 0)
+            .unwrap();
+        t.feed(Line::A, &data(1, 51, 1, false), 0).unwrap();
+        assert_eq!(t.take(), vec![msg(51)]);
+    }
+
+    #[test]
+    fn late_join_oldest_fetches_the_retained_window_first() {
+        let mut t = T::new(SubscriberConfig {
+            late_join: LateJoin::Oldest,
+            ..config()
+        });
+        t.feed(Line::A, &data(1, 100, 1, false), 0).unwrap();
+        t.tick(10 * US);
+        // As far back as half the 16-message window.
+        assert_eq!(t.requests, vec![(92, 100)]);
+        // The publisher retains from 95: 92..95 predate the join.
+        t.feed(Line::A, &control(Kind::NotAvailable, 1, 92, 3), 20 * US)
+            .unwrap();
+        t.feed(Line::A, &data(1, 95, 5, true), 20 * US).unwrap();
+        let want: Vec<Ev> = (95..=100).map(msg).collect();
+        assert_eq!(t.take(), want);
+        let c = t.sub.counters();
+        assert_eq!((c.join_skipped, c.unrecoverable, c.gap_events), (3, 0, 0));
+    }
+
+    #[test]
+    fn a_message_beyond_the_window_pushes_it_forward_with_a_gap() {
+        let mut t = T::new(config());
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 3, 1, false), 0).unwrap();
+        // 16-sequence window from 2: 18 is beyond it.
+        t.feed(Line::A, &data(1, 18, 1, false), 0).unwrap();
+        assert_eq!(t.take(), vec![msg(1), Ev::Gap(2, 3), msg(3)]);
+        t.feed(Line::A, &data(1, 40, 1, false), 0).unwrap();
+        assert_eq!(t.take(), vec![Ev::Gap(4, 18), msg(18), Ev::Gap(19, 25)]);
+        assert_eq!(t.sub.next_seq(), 25);
+        assert_eq!(t.sub.counters().unrecoverable, 1 + 14 + 6);
+    }
+
+    #[test]
+    fn the_other_lines_copy_fills_the_hole_without_a_request() {
+        let mut t = T::new(config());
+        // B lags A by 30 µs; A lost 2.
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::B, &data(1, 1, 1, false), 30 * US).unwrap();
+        t.feed(Line::A, &data(1, 3, 1, false), 40 * US).unwrap();
+        t.tick(60 * US);
+        assert!(t.requests.is_empty(), "B is live and not past 2 yet");
+        t.feed(Line::B, &data(1, 2, 1, false), 70 * US).unwrap();
+        t.feed(Line::B, &data(1, 3, 1, false), 75 * US).unwrap();
+        t.tick(90 * US);
+        assert!(t.requests.is_empty());
+        assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+        let c = t.sub.counters();
+        assert_eq!((c.wins_a, c.wins_b, c.duplicates), (2, 1, 2));
+        // Both lines lose 4: requested once both are past it (and
+        // nak_delay has passed for the later one), before line_grace.
+        t.feed(Line::A, &data(1, 5, 1, false), 100 * US).unwrap();
+        t.feed(Line::B, &data(1, 5, 1, false), 120 * US).unwrap();
+        t.tick(129 * US);
+        assert!(t.requests.is_empty());
+        t.tick(130 * US);
+        assert_eq!(t.requests, vec![(4, 5)]);
+    }
+
+    #[test]
+    fn a_lagging_line_is_waited_for_only_line_grace() {
+        let mut t = T::new(config());
+        t.feed(Line::B, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 3, 1, false), 10 * US).unwrap();
+        t.tick(109 * US);
+        assert!(t.requests.is_empty());
+        t.tick(110 * US);
+        assert_eq!(t.requests, vec![(2, 3)]);
+    }
+
+    #[test]
+    fn a_lost_fragment_is_requested_and_the_message_reassembled() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            max_message: 2000,
+            max_datagram: 256,
+            retain_messages: 16,
+            retain_bytes: 8192,
+            ..PublisherConfig::new(5, 1)
+        })
+        .unwrap();
+        let big: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        p.publish(b"one", None, 0, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        p.publish(&big, None, 0, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        p.publish(b"three", None, 0, |d: &[u8]| out.push(d.to_vec()))
+            .unwrap();
+        p.flush(0, |d: &[u8]| out.push(d.to_vec()));
+        // out: [1], six fragments of 2 (192 bytes each, the last 40), [3]
+        assert_eq!(out.len(), 8);
+        let mut t = T::new(config());
+        for (i, d) in out.iter().enumerate() {
+            if i != 3 {
+                t.feed(Line::A, d, US).unwrap();
+            }
+        }
+        assert_eq!(t.take(), vec![Ev::Msg(1, b"one".to_vec())]);
+        t.tick(20 * US);
+        assert_eq!(t.requests, vec![(2, 3)]);
+        let mut replies: Vec<Vec<u8>> = Vec::new();
+        let mut req = [0u8; DATAGRAM_HEADER_LEN];
+        frame::encode_control(&mut req, Kind::Request, 5, 1, 2, 1);
+        p.on_datagram(&req, 25 * US, |d: &[u8]| replies.push(d.to_vec()))
+            .unwrap();
+        for d in &replies {
+            t.feed(Line::A, d, 30 * US).unwrap();
+        }
+        assert_eq!(
+            t.take(),
+            vec![Ev::Msg(2, big.clone()), Ev::Msg(3, b"three".to_vec())]
+        );
+        let c = t.sub.counters();
+        // The resent fragments 0 and 1 are duplicates in reassembly; 3..5
+        // arrive after the message was delivered.
+        assert_eq!((c.recovered, c.duplicates, c.fragments_received), (1, 5, 8));
+    }
+
+    #[test]
+    fn malformed_and_misdirected_datagrams_are_counted_not_used() {
+        let mut t = T::new(config());
+        let good = data(1, 1, 1, false);
+        assert_eq!(t.feed(Line::A, &good[..30], 0), Err(DropReason::Truncated));
+        let mut other = good.clone();
+        other[8] = 6;
+        assert_eq!(t.feed(Line::A, &other, 0), Err(DropReason::OtherStream));
+        assert_eq!(
+            t.feed(Line::A, &control(Kind::Request, 1, 1, 1), 0),
+            Err(DropReason::UnexpectedKind)
+        );
+        assert_eq!(
+            t.feed(Line::A, &control(Kind::NotAvailable, 1, 1, 1), 0),
+            Err(DropReason::Unsolicited)
+        );
+        assert!(t.take().is_empty());
+        let c = t.sub.counters();
+        assert_eq!(c.datagrams_received, 4);
+        assert_eq!(c.drops.total(), 4);
+        assert_eq!(t.sub.epoch(), None);
+    }
+}
