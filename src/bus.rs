@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::names;
 use crate::session::{Session, SessionImpl};
 use crate::stream::{Publisher, PublisherImpl, Subscriber, SubscriberImpl};
+use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
 use crate::transport::shm::{ShmPublisher, ShmSession, ShmSubscriber};
 use crate::transport::tcp::TcpSession;
+use crate::transport::udp;
 
 /// A configured bus. Cheap to clone; each handle it creates is owned by one
 /// thread.
@@ -60,12 +62,16 @@ impl Bus {
     pub fn publisher(&self, name: &str) -> Result<Publisher> {
         names::check(name)?;
         let cfg = self.config.stream(name);
-        let inner = match self.transport {
-            TransportKind::Shm => {
-                PublisherImpl::Shm(ShmPublisher::create(&self.config.shm, name, &cfg)?)
-            }
-            other => return Err(self.no_streams(other)),
-        };
+        let inner =
+            match self.transport {
+                TransportKind::Shm => {
+                    PublisherImpl::Shm(ShmPublisher::create(&self.config.shm, name, &cfg)?)
+                }
+                TransportKind::Udp | TransportKind::Tcp => PublisherImpl::Udp(
+                    DatagramPublisher::new(name, &cfg, udp::lines(name, &cfg, true)?)?,
+                ),
+                other => return Err(self.no_streams(other)),
+            };
         Ok(Publisher::new(inner, name, cfg.timestamps))
     }
 
@@ -78,6 +84,9 @@ impl Bus {
             TransportKind::Shm => {
                 SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?)
             }
+            TransportKind::Udp | TransportKind::Tcp => SubscriberImpl::Udp(
+                DatagramSubscriber::new(name, &cfg, udp::lines(name, &cfg, false)?)?,
+            ),
             other => return Err(self.no_streams(other)),
         };
         Ok(Subscriber::new(inner, name, cfg.poll_batch))

@@ -169,6 +169,12 @@ pub struct StreamConfig {
     pub retransmit_timeout: Duration,
     /// Requests for one gap before it is declared unrecoverable.
     pub retransmit_retries: u32,
+    /// Send each message as it is committed (datagram transports). Off:
+    /// messages are packed into datagrams until one fills or the
+    /// publisher's `flush` or `service` is called, which saves system calls
+    /// when messages come in bursts (a feed handler flushes once per
+    /// inbound packet).
+    pub autoflush: bool,
 }
 
 impl Default for StreamConfig {
@@ -190,6 +196,7 @@ impl Default for StreamConfig {
             heartbeat_timeout: Duration::from_secs(1),
             retransmit_timeout: Duration::from_millis(5),
             retransmit_retries: 5,
+            autoflush: true,
         }
     }
 }

@@ -31,7 +31,9 @@ use std::ops::{Deref, DerefMut};
 
 use crate::error::{Error, Result};
 use crate::message::Event;
+use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
 use crate::transport::shm::{ShmPublisher, ShmSubscriber};
+use crate::transport::udp::UdpLink;
 use crate::transport::{StreamReceive, StreamSend};
 use crate::wire::FLAG_TIMESTAMP;
 
@@ -39,18 +41,21 @@ use crate::wire::FLAG_TIMESTAMP;
 #[derive(Debug)]
 pub(crate) enum PublisherImpl {
     Shm(ShmPublisher),
+    Udp(DatagramPublisher<UdpLink>),
 }
 
 /// The transport a subscriber runs on.
 #[derive(Debug)]
 pub(crate) enum SubscriberImpl {
     Shm(ShmSubscriber),
+    Udp(DatagramSubscriber<UdpLink>),
 }
 
 macro_rules! with_pub {
     ($self:expr, $t:ident => $body:expr) => {
         match $self {
             PublisherImpl::Shm($t) => $body,
+            PublisherImpl::Udp($t) => $body,
         }
     };
 }
@@ -276,6 +281,7 @@ impl Subscriber {
         };
         match &mut self.inner {
             SubscriberImpl::Shm(t) => t.poll(self.batch, &mut counted),
+            SubscriberImpl::Udp(t) => t.poll(self.batch, &mut counted),
         }
     }
 }

@@ -234,6 +234,11 @@ impl PublisherCore {
         self.stream_id
     }
 
+    /// Largest message accepted.
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
     /// This incarnation.
     pub fn epoch(&self) -> u64 {
         self.epoch

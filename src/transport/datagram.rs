@@ -10,7 +10,7 @@ use crate::error::Result;
 pub trait DatagramLink: Send {
     /// Where a datagram came from, good for a reply: a socket address for
     /// UDP, an address handle and queue pair number for UD.
-    type Peer: Copy + std::fmt::Debug;
+    type Peer: Copy + Send + std::fmt::Debug;
 
     /// Largest datagram this link carries, in bytes (path MTU less the
     /// transport's own headers).

@@ -6,6 +6,8 @@
 //! implementation passes the same conformance suite (`tests/conformance`).
 
 pub mod datagram;
+#[cfg(not(loom))]
+pub mod datagram_stream;
 pub mod shm;
 #[cfg(not(loom))]
 pub mod tcp;

@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::config::StreamConfig;
 use crate::error::{Error, Result};
 use crate::transport::datagram::DatagramLink;
 
@@ -27,6 +28,49 @@ pub struct LineAddr {
     pub ttl: u32,
     /// Deliver to subscribers on this host too.
     pub loopback: bool,
+}
+
+/// The lines (A, and B when configured) of stream `name`, for a publisher
+/// or a subscriber.
+pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpLink>> {
+    let channel = format!("stream `{name}`");
+    if cfg.group.is_empty() {
+        return Err(Error::Missing {
+            channel,
+            key: format!("streams.{name}.group"),
+            transport: "udp",
+        });
+    }
+    let mut out = Vec::with_capacity(2);
+    for (group, interface) in [
+        (&cfg.group, &cfg.interface),
+        (&cfg.group_b, &cfg.interface_b),
+    ] {
+        if group.is_empty() {
+            continue;
+        }
+        // Both were checked when the configuration was loaded.
+        let line = LineAddr {
+            group: group.parse().map_err(|_| Error::Missing {
+                channel: channel.clone(),
+                key: format!("streams.{name}.group"),
+                transport: "udp",
+            })?,
+            interface: if interface.is_empty() {
+                Ipv4Addr::UNSPECIFIED
+            } else {
+                interface.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)
+            },
+            ttl: cfg.ttl,
+            loopback: cfg.loopback,
+        };
+        out.push(if publisher {
+            UdpLink::publisher(&channel, &line, cfg.max_datagram)?
+        } else {
+            UdpLink::subscriber(&channel, &line, cfg.max_datagram)?
+        });
+    }
+    Ok(out)
 }
 
 /// Datagrams one `recvmmsg` call can return.

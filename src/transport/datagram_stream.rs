@@ -1,0 +1,323 @@
+//! Streams over datagram links (UDP multicast, RDMA UD multicast): the
+//! recovery core of [`crate::recovery`] driven over one or two
+//! [`DatagramLink`]s (lines A and B).
+//!
+//! The publisher sends every datagram on each line; it answers retransmit
+//! requests and sends heartbeats from [`StreamSend::service`]. The
+//! subscriber feeds whatever arrives on either line to its core, which
+//! delivers in order, drops duplicates and asks the publisher (at the
+//! source address of its data) for what is missing.
+
+use crate::clock::monotonic_ns;
+use crate::config::StreamConfig;
+use crate::error::{ConfigError, Error, Result};
+use crate::message::Event;
+use crate::recovery::{
+    Counters, Line, PublishError, PublisherConfig, PublisherCore, SubscriberConfig, SubscriberCore,
+};
+use crate::transport::datagram::DatagramLink;
+use crate::transport::{StreamReceive, StreamSend};
+use crate::wire::FLAG_TIMESTAMP;
+
+/// Identifier of stream `name` on the wire: FNV-1a of the name, so
+/// publisher and subscribers agree without coordination.
+pub fn stream_id(name: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// Requests and replies are small; this bounds the copy of one.
+const CONTROL_MAX: usize = 64;
+/// Retransmit requests handled per `service` call, so a storm of them
+/// cannot starve the publishing thread.
+const REQUESTS_PER_SERVICE: usize = 64;
+
+fn config_error(channel: &str, e: ConfigError) -> Error {
+    Error::Config(ConfigError {
+        source_name: channel.into(),
+        ..e
+    })
+}
+
+/// Publisher of a stream over one or two datagram lines.
+#[derive(Debug)]
+pub struct DatagramPublisher<L: DatagramLink> {
+    core: PublisherCore,
+    lines: Vec<L>,
+    channel: String,
+    autoflush: bool,
+    /// The first send error since the last call that could report it.
+    failed: Option<Error>,
+}
+
+impl<L: DatagramLink> DatagramPublisher<L> {
+    /// A publisher of stream `name` on `lines` (line A first).
+    pub fn new(name: &str, cfg: &StreamConfig, lines: Vec<L>) -> Result<Self> {
+        let channel = format!("stream `{name}`");
+        let max_datagram = lines
+            .iter()
+            .map(L::max_datagram)
+            .min()
+            .unwrap_or(cfg.max_datagram)
+            .min(cfg.max_datagram);
+        let pc = PublisherConfig {
+            max_message: cfg.max_message,
+            max_datagram,
+            retain_messages: cfg.capacity,
+            // Retain `capacity` messages of average size up to a quarter of
+            // the maximum, within 64 MiB.
+            retain_bytes: (cfg.capacity * cfg.max_message.div_ceil(4))
+                .min(64 << 20)
+                .max(cfg.max_message),
+            heartbeat_interval: cfg.heartbeat_interval,
+            ..PublisherConfig::new(stream_id(name), crate::clock::now_ns())
+        };
+        let core = PublisherCore::new(&pc).map_err(|e| config_error(&channel, e))?;
+        Ok(DatagramPublisher {
+            core,
+            lines,
+            channel,
+            autoflush: cfg.autoflush,
+            failed: None,
+        })
+    }
+
+    /// What the publisher has done so far.
+    pub fn counters(&self) -> Counters {
+        self.core.counters()
+    }
+
+    fn take_failure(&mut self) -> Result<()> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn publish_error(channel: &str, e: PublishError) -> Error {
+    match e {
+        PublishError::TooLarge { len, max } => Error::MessageTooLarge {
+            len,
+            max,
+            channel: channel.into(),
+        },
+        other => Error::Protocol {
+            channel: channel.into(),
+            peer: "this publisher".into(),
+            reason: format!("{other:?}"),
+        },
+    }
+}
+
+/// Sends `d` on every line, keeping the first error.
+fn send_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>, d: &[u8]) {
+    for l in lines.iter_mut() {
+        if let Err(e) = l.send_group(d) {
+            failed.get_or_insert(e);
+        }
+    }
+}
+
+impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
+    fn max_message(&self) -> usize {
+        self.core.max_message()
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.core.next_seq()
+    }
+
+    #[inline]
+    fn claim(&mut self, len: usize) -> Result<&mut [u8]> {
+        let channel = &self.channel;
+        self.core.claim(len).map_err(|e| publish_error(channel, e))
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        let now = monotonic_ns();
+        let ts = (flags & FLAG_TIMESTAMP != 0).then_some(timestamp);
+        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let seq = self
+            .core
+            .commit(len, ts, now, |d| send_all(lines, failed, d))
+            .map_err(|e| publish_error(&self.channel, e))?;
+        if self.autoflush {
+            self.core.flush(now, |d| send_all(lines, failed, d));
+        }
+        self.take_failure()?;
+        Ok(seq)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        self.core
+            .flush(monotonic_ns(), |d| send_all(lines, failed, d));
+        self.take_failure()
+    }
+
+    fn service(&mut self) -> Result<()> {
+        let now = monotonic_ns();
+        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        self.core.tick(now, |d| send_all(lines, failed, d));
+        for i in 0..self.lines.len() {
+            for _ in 0..REQUESTS_PER_SERVICE {
+                // Copy the (small) request out so the link is free to send
+                // the replies.
+                let mut req = [0u8; CONTROL_MAX];
+                let mut got: Option<(L::Peer, usize)> = None;
+                self.lines[i].poll(1, &mut |peer, bytes: &[u8]| {
+                    let n = bytes.len().min(CONTROL_MAX);
+                    req[..n].copy_from_slice(&bytes[..n]);
+                    got = Some((peer, bytes.len()));
+                })?;
+                let Some((peer, len)) = got else { break };
+                // A datagram longer than a request is cut short here and
+                // then counted by the core as malformed.
+                let len = len.min(CONTROL_MAX);
+                let (line, failed) = (&mut self.lines[i], &mut self.failed);
+                // Malformed requests are counted by the core and dropped.
+                let _ = self.core.on_datagram(&req[..len], now, |reply| {
+                    if let Err(e) = line.send_to(peer, reply) {
+                        failed.get_or_insert(e);
+                    }
+                });
+            }
+        }
+        self.take_failure()
+    }
+}
+
+impl<L: DatagramLink> Drop for DatagramPublisher<L> {
+    fn drop(&mut self) {
+        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        self.core
+            .close(monotonic_ns(), |d| send_all(lines, failed, d));
+    }
+}
+
+/// Requests a subscriber core asked for during one poll, sent once the
+/// link is free again.
+struct Pending {
+    bufs: [[u8; CONTROL_MAX]; 8],
+    lens: [usize; 8],
+    n: usize,
+}
+
+impl Pending {
+    fn push(&mut self, bytes: &[u8]) {
+        if self.n < self.bufs.len() && bytes.len() <= CONTROL_MAX {
+            self.bufs[self.n][..bytes.len()].copy_from_slice(bytes);
+            self.lens[self.n] = bytes.len();
+            self.n += 1;
+        }
+        // More than eight in one poll: the rest are asked again after the
+        // request timeout.
+    }
+}
+
+/// Subscriber of a stream over one or two datagram lines.
+pub struct DatagramSubscriber<L: DatagramLink> {
+    core: SubscriberCore,
+    lines: Vec<L>,
+    /// Where the publisher's data came from, per line: where requests go.
+    publisher: Vec<Option<L::Peer>>,
+    pending: Pending,
+}
+
+impl<L: DatagramLink> std::fmt::Debug for DatagramSubscriber<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatagramSubscriber")
+            .field("lines", &self.lines.len())
+            .field("publisher", &self.publisher)
+            .finish()
+    }
+}
+
+impl<L: DatagramLink> DatagramSubscriber<L> {
+    /// A subscriber of stream `name` on `lines` (line A first).
+    pub fn new(name: &str, cfg: &StreamConfig, lines: Vec<L>) -> Result<Self> {
+        let channel = format!("stream `{name}`");
+        let sc = SubscriberConfig {
+            max_message: cfg.max_message,
+            max_datagram: cfg.max_datagram,
+            reorder_window: cfg.capacity.clamp(2, 4096),
+            late_join: cfg.late_join,
+            request_timeout: cfg.retransmit_timeout,
+            max_retries: cfg.retransmit_retries,
+            publisher_timeout: cfg.heartbeat_timeout,
+            ..SubscriberConfig::new(stream_id(name))
+        };
+        let core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
+        let n = lines.len();
+        Ok(DatagramSubscriber {
+            core,
+            lines,
+            publisher: vec![None; n],
+            pending: Pending {
+                bufs: [[0; CONTROL_MAX]; 8],
+                lens: [0; 8],
+                n: 0,
+            },
+        })
+    }
+
+    /// What the subscriber has seen so far.
+    pub fn counters(&self) -> Counters {
+        self.core.counters()
+    }
+
+    fn send_pending(&mut self) -> Result<()> {
+        let n = std::mem::replace(&mut self.pending.n, 0);
+        if n == 0 {
+            return Ok(());
+        }
+        // Ask on the first line that has heard the publisher.
+        let Some(i) = self.publisher.iter().position(Option::is_some) else {
+            return Ok(());
+        };
+        let peer = self.publisher[i].expect("checked");
+        for k in 0..n {
+            let len = self.pending.lens[k];
+            self.lines[i].send_to(peer, &self.pending.bufs[k][..len])?;
+        }
+        Ok(())
+    }
+}
+
+impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
+    #[inline]
+    fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let now = monotonic_ns();
+        let mut delivered = 0usize;
+        for i in 0..self.lines.len() {
+            let line = if i == 0 { Line::A } else { Line::B };
+            let (core, pending, publisher) =
+                (&mut self.core, &mut self.pending, &mut self.publisher[i]);
+            self.lines[i].poll(max, &mut |peer, bytes: &[u8]| {
+                let before = core.counters().messages_delivered;
+                // Malformed or foreign datagrams are counted by the core.
+                let ok = core
+                    .on_datagram(line, bytes, now, &mut *f, |req: &[u8]| pending.push(req))
+                    .is_ok();
+                if ok {
+                    // The publisher sends from the address it takes
+                    // requests at; a restarted one from a new address.
+                    *publisher = Some(peer);
+                }
+                delivered += (core.counters().messages_delivered - before) as usize;
+            })?;
+        }
+        let (core, pending) = (&mut self.core, &mut self.pending);
+        let before = core.counters().messages_delivered;
+        core.tick(now, &mut *f, |req: &[u8]| pending.push(req));
+        delivered += (core.counters().messages_delivered - before) as usize;
+        self.send_pending()?;
+        Ok(delivered)
+    }
+}
