@@ -1,0 +1,440 @@
+//! One-way throughput from a publisher process to a subscriber process on
+//! two cores, 64-byte messages:
+//!
+//! - `raw-spsc`: a single-producer single-consumer ring in a shared mapping
+//!   (4096 slots of 64 bytes, cache-padded head and tail, each side caching
+//!   the other's index, the producer publishing its tail every 32 messages
+//!   and the consumer its head every 32). Lossless: the producer waits when
+//!   the ring is full, so it measures how fast one core can hand cache lines
+//!   to another.
+//! - `mdbus`: an mdbus shared-memory stream. A stream never waits for its
+//!   subscribers, so a subscriber that falls more than the stream's
+//!   capacity behind loses messages; they are counted as `lost`.
+//!
+//! ```text
+//! cargo bench -p mdbus-benches --bench throughput
+//! ```
+//!
+//! Environment: `MDBUS_BENCH_ITERS` (messages, default 50 000 000),
+//! `MDBUS_BENCH_PEERS` (subset of `raw-spsc,mdbus`), `MDBUS_BENCH_CORES`,
+//! `MDBUS_BENCH_WAIT`, `MDBUS_BENCH_JSON` (as for the ping-pong bench).
+//!
+//! The subscriber (the parent process) times from its first message to its
+//! last; the publisher (the child) times its own send loop and reports it.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+use std::cell::UnsafeCell;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+use mdbus::Event;
+use mdbus_benches::{
+    bench_err, child_init, child_role, nanos, note_smoke, wait_for_go, Peer, Result, Settings,
+    SharedRegion, SharedSafe, Watchdog,
+};
+
+/// Message size in bytes.
+const SIZE: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    RawSpsc,
+    Mdbus,
+}
+
+impl Transport {
+    const ALL: [Transport; 2] = [Transport::RawSpsc, Transport::Mdbus];
+
+    fn name(self) -> &'static str {
+        match self {
+            Transport::RawSpsc => "raw-spsc",
+            Transport::Mdbus => "mdbus",
+        }
+    }
+
+    fn publisher_role(self) -> String {
+        format!("publish-{}", self.name())
+    }
+}
+
+/// What one run measured.
+struct Measured {
+    transport: Transport,
+    sent: u64,
+    received: u64,
+    lost: u64,
+    /// Subscriber: first to last message.
+    receive_ns: u64,
+    /// Publisher: its send loop.
+    send_ns: u64,
+}
+
+impl Measured {
+    fn per_sec(count: u64, ns: u64) -> f64 {
+        if ns == 0 {
+            0.0
+        } else {
+            count as f64 * 1e9 / ns as f64
+        }
+    }
+
+    fn msgs_per_sec(&self) -> f64 {
+        Self::per_sec(self.received, self.receive_ns)
+    }
+
+    fn mb_per_sec(&self) -> f64 {
+        self.msgs_per_sec() * SIZE as f64 / 1e6
+    }
+
+    fn send_msgs_per_sec(&self) -> f64 {
+        Self::per_sec(self.sent, self.send_ns)
+    }
+}
+
+fn main() {
+    let result = match child_role() {
+        Some(role) => publish(&role),
+        None => subscribe(),
+    };
+    if let Err(e) = result {
+        eprintln!("throughput: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn selected_transports() -> Result<Vec<Transport>> {
+    let Ok(list) = std::env::var("MDBUS_BENCH_PEERS") else {
+        return Ok(Transport::ALL.to_vec());
+    };
+    list.split(',')
+        .map(|name| {
+            Transport::ALL
+                .into_iter()
+                .find(|t| t.name() == name.trim())
+                .ok_or_else(|| {
+                    bench_err!("MDBUS_BENCH_PEERS: unknown peer {name:?} (raw-spsc, mdbus)")
+                })
+        })
+        .collect()
+}
+
+fn subscribe() -> Result<()> {
+    let settings = Settings::from_env(50_000_000, 0)?;
+    let transports = selected_transports()?;
+    mdbus::affinity::pin_current_thread(settings.cores.0)?;
+    println!(
+        "throughput, one publisher process to one subscriber process: subscriber on core {}, publisher on core {} ({})",
+        settings.cores.0, settings.cores.1, settings.placement
+    );
+    println!(
+        "{} messages of {SIZE} bytes, wait {}",
+        settings.iters, settings.wait
+    );
+    note_smoke(&settings);
+    let mut results = Vec::new();
+    for transport in transports {
+        results.push(match transport {
+            Transport::RawSpsc => raw_subscribe(&settings)?,
+            Transport::Mdbus => mdbus_subscribe(&settings)?,
+        });
+    }
+    report(&settings, &results)
+}
+
+fn publish(role: &str) -> Result<()> {
+    let settings = Settings::from_env(50_000_000, 0)?;
+    child_init()?;
+    let (sent, ns) = match Transport::ALL
+        .into_iter()
+        .find(|t| t.publisher_role() == role)
+    {
+        Some(Transport::RawSpsc) => raw_publish(&settings)?,
+        Some(Transport::Mdbus) => mdbus_publish(&settings)?,
+        None => return Err(bench_err!("unknown role {role:?}")),
+    };
+    println!("{}", serde_json::json!({ "sent": sent, "send_ns": ns }));
+    Ok(())
+}
+
+/// Reads the publisher's report from its stdout.
+fn publisher_report(out: &str) -> Result<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(out.trim())
+        .map_err(|e| bench_err!("publisher report {out:?}: {e}"))?;
+    let field = |k: &str| {
+        v[k].as_u64()
+            .ok_or_else(|| bench_err!("publisher report {out:?} lacks {k}"))
+    };
+    Ok((field("sent")?, field("send_ns")?))
+}
+
+fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
+    println!();
+    println!(
+        "{:<10} {:>5} {:>11} {:>11} {:>9} {:>13} {:>9} {:>14}",
+        "peer", "size", "sent", "received", "lost", "msgs/s", "MB/s", "send msgs/s"
+    );
+    for m in results {
+        println!(
+            "{:<10} {:>5} {:>11} {:>11} {:>9} {:>13.0} {:>9.1} {:>14.0}",
+            m.transport.name(),
+            SIZE,
+            m.sent,
+            m.received,
+            m.lost,
+            m.msgs_per_sec(),
+            m.mb_per_sec(),
+            m.send_msgs_per_sec()
+        );
+    }
+    println!();
+    let mut lines = Vec::new();
+    for m in results {
+        lines.push(
+            serde_json::json!({
+                "bench": "throughput",
+                "peer": m.transport.name(),
+                "size": SIZE,
+                "sent": m.sent,
+                "received": m.received,
+                "lost": m.lost,
+                "msgs_per_sec": m.msgs_per_sec().round(),
+                "mb_per_sec": (m.mb_per_sec() * 10.0).round() / 10.0,
+                "send_msgs_per_sec": m.send_msgs_per_sec().round(),
+                "subscriber_core": settings.cores.0,
+                "publisher_core": settings.cores.1,
+                "wait": settings.wait.as_str(),
+            })
+            .to_string(),
+        );
+    }
+    for line in &lines {
+        println!("{line}");
+    }
+    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
+        for line in &lines {
+            writeln!(file, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------- raw SPSC ----
+
+/// Slots in the raw ring; a power of two.
+const SLOTS: usize = 4096;
+/// Messages per index update. Publishing every message makes a consumer
+/// that keeps up pull the `tail` line across once per message; batching
+/// lets it stream the slots.
+const BATCH: u64 = 32;
+
+/// The raw ring. Invariants: `head <= tail <= head + SLOTS`; slot
+/// `i % SLOTS` for `head <= i < tail` belongs to the consumer, every other
+/// slot to the producer.
+#[repr(C)]
+struct Spsc {
+    /// Messages written; stored by the producer only.
+    tail: CachePadded<AtomicU64>,
+    /// Messages consumed; stored by the consumer only.
+    head: CachePadded<AtomicU64>,
+    slots: [Slot; SLOTS],
+}
+
+#[repr(C, align(64))]
+struct Slot(UnsafeCell<[u8; SIZE]>);
+
+// SAFETY: all-zero is an empty ring (head = tail = 0, zeroed slots); the
+// indices are atomics, and each slot is handed between the processes by the
+// Release store / Acquire load of `tail` (to the consumer) and `head` (back
+// to the producer), per the invariant on `Spsc`.
+unsafe impl SharedSafe for Spsc {}
+
+const SPSC_LEN: usize = std::mem::size_of::<Spsc>().next_multiple_of(4096);
+
+fn raw_subscribe(settings: &Settings) -> Result<Measured> {
+    let region = SharedRegion::create(SPSC_LEN)?;
+    let ring: &Spsc = region.get();
+    let mut peer = Peer::spawn(
+        &Transport::RawSpsc.publisher_role(),
+        settings,
+        Some(&region),
+    )?;
+    peer.go()?;
+    let count = settings.iters;
+    let (mut next, mut tail) = (0u64, 0u64);
+    let mut first = None;
+    let mut out_of_order = 0u64;
+    {
+        let mut dog = Watchdog::new(Some(&mut peer), settings.wait, settings.stall, "raw SPSC");
+        while next < count {
+            if next == tail {
+                // Acquire pairs with the producer's Release store of `tail`:
+                // the slots below it are written.
+                tail = ring.tail.load(Ordering::Acquire);
+                if next == tail {
+                    dog.idle()?;
+                    continue;
+                }
+                first.get_or_insert_with(Instant::now);
+                dog.progress();
+            }
+            let slot = &ring.slots[next as usize % SLOTS];
+            // SAFETY: `next < tail`, so the producer wrote this slot and
+            // will not touch it until `head` passes it.
+            let bytes = unsafe { &*slot.0.get() };
+            let index = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+            out_of_order += u64::from(index != next);
+            next += 1;
+            if next % BATCH == 0 || next == tail {
+                // Release pairs with the producer's Acquire load of `head`:
+                // we are done reading the slots below `next`.
+                ring.head.store(next, Ordering::Release);
+            }
+        }
+    }
+    let receive_ns = first.map_or(0, |t| nanos(t.elapsed()));
+    let (sent, send_ns) = publisher_report(&peer.finish()?)?;
+    if out_of_order != 0 {
+        return Err(bench_err!("raw SPSC: {out_of_order} messages out of order"));
+    }
+    Ok(Measured {
+        transport: Transport::RawSpsc,
+        sent,
+        received: next,
+        lost: sent - next,
+        receive_ns,
+        send_ns,
+    })
+}
+
+fn raw_publish(settings: &Settings) -> Result<(u64, u64)> {
+    let region = SharedRegion::inherited(SPSC_LEN)?;
+    let ring: &Spsc = region.get();
+    wait_for_go()?;
+    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw SPSC publisher");
+    let mut head = 0u64;
+    let t0 = Instant::now();
+    for i in 0..settings.iters {
+        while i - head >= SLOTS as u64 {
+            // Acquire pairs with the consumer's Release store of `head`: it
+            // has finished reading the slots below it.
+            head = ring.head.load(Ordering::Acquire);
+            if i - head >= SLOTS as u64 {
+                dog.idle()?;
+            } else {
+                dog.progress();
+            }
+        }
+        let slot = &ring.slots[i as usize % SLOTS];
+        // SAFETY: `i - head < SLOTS`, so the consumer has released this
+        // slot and will not read it until `tail` passes it.
+        let bytes = unsafe { &mut *slot.0.get() };
+        bytes[..8].copy_from_slice(&i.to_le_bytes());
+        bytes[8..].fill(0x5a);
+        if (i + 1) % BATCH == 0 || i + 1 == settings.iters {
+            // Release pairs with the consumer's Acquire load of `tail`: the
+            // slots below `i + 1` are written.
+            ring.tail.store(i + 1, Ordering::Release);
+        }
+    }
+    Ok((settings.iters, nanos(t0.elapsed())))
+}
+
+// -------------------------------------------------------------- mdbus ----
+
+const STREAM: &str = "throughput";
+
+fn bus() -> Result<mdbus::Bus> {
+    mdbus_benches::mdbus_bus(|cfg| {
+        cfg.streams.insert(
+            STREAM.into(),
+            mdbus::config::StreamConfig {
+                max_message: SIZE,
+                ..Default::default()
+            },
+        );
+    })
+}
+
+fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
+    let bus = bus()?;
+    let mut peer = Peer::spawn(&Transport::Mdbus.publisher_role(), settings, None)?;
+    // Attaching waits for the publisher's segment; the publisher waits for
+    // `go`, so nothing is published before this subscriber is attached.
+    let mut sub = bus.subscriber(STREAM)?;
+    peer.go()?;
+    let count = settings.iters;
+    let mut first = None;
+    let mut last = None;
+    let mut ended = false;
+    let mut trouble = None;
+    {
+        let mut dog = Watchdog::new(
+            Some(&mut peer),
+            settings.wait,
+            settings.stall,
+            "mdbus stream",
+        );
+        while !ended {
+            let n = sub.poll(|e| match e {
+                Event::Message(m) => {
+                    if m.seq() == count {
+                        ended = true;
+                    }
+                }
+                Event::Overrun { to, .. } | Event::Gap { to, .. } => {
+                    if to > count {
+                        ended = true;
+                    }
+                }
+                Event::EndOfStream { .. } => ended = true,
+                other => trouble = Some(format!("{other:?}")),
+            })?;
+            if let Some(event) = trouble.take() {
+                return Err(bench_err!("mdbus stream: unexpected {event}"));
+            }
+            if n == 0 {
+                dog.idle()?;
+            } else {
+                dog.progress();
+                first.get_or_insert_with(Instant::now);
+                last = Some(Instant::now());
+            }
+        }
+    }
+    let receive_ns = match (first, last) {
+        (Some(a), Some(b)) => nanos(b - a),
+        _ => 0,
+    };
+    let (sent, send_ns) = publisher_report(&peer.finish()?)?;
+    let stats = sub.stats();
+    Ok(Measured {
+        transport: Transport::Mdbus,
+        sent,
+        received: stats.received,
+        lost: stats.overrun_messages + stats.gap_messages,
+        receive_ns,
+        send_ns,
+    })
+}
+
+fn mdbus_publish(settings: &Settings) -> Result<(u64, u64)> {
+    let bus = bus()?;
+    let mut publisher = bus.publisher(STREAM)?;
+    wait_for_go()?;
+    let t0 = Instant::now();
+    for i in 0..settings.iters {
+        let mut claim = publisher.claim(SIZE)?;
+        claim[..8].copy_from_slice(&i.to_le_bytes());
+        claim[8..].fill(0x5a);
+        claim.commit()?;
+    }
+    Ok((settings.iters, nanos(t0.elapsed())))
+}

@@ -1,0 +1,304 @@
+//! Options and plumbing both commands share.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mdbus::affinity::{self, Device, Placement};
+use mdbus::wait::WaitStrategy;
+use mdbus::TransportKind;
+
+/// Options of every command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Transport to measure. This build measures `shm` (shared memory
+    /// between processes on one host); `udp`, `tcp`, `verbs` and `auto` are
+    /// reserved for the network transports and are refused until they are
+    /// built in.
+    #[arg(long, default_value = "shm", value_parser = crate::transport::parse)]
+    pub transport: TransportKind,
+
+    /// Channel name, the same on both sides (1 to 64 characters from
+    /// A-Z a-z 0-9 . _ -). Default: a name unique to this run when this
+    /// process starts its own peer, "mdbus-perf" with --role.
+    #[arg(long)]
+    pub name: Option<String>,
+
+    /// Cores to pin to, as a list such as "2,3" or "4-5": this process runs
+    /// on the first, the peer it starts on the second. Default: cores of
+    /// the NUMA node of --device, or the first two online cores; with
+    /// --role, ping and sub take the first of those and pong and pub the
+    /// second, so two sides started by hand do not share a core.
+    #[arg(long, value_name = "LIST")]
+    pub cores: Option<String>,
+
+    /// RDMA or network device (e.g. mlx5_0, eth0) whose NUMA node's cores
+    /// the default --cores come from.
+    #[arg(long)]
+    pub device: Option<String>,
+
+    /// What a polling loop does between empty polls: busy-spin (lowest
+    /// latency, burns the core), spin-hint (a pause instruction per poll)
+    /// or yield (gives the core to other threads).
+    #[arg(long, default_value = "busy-spin", value_name = "STRATEGY")]
+    pub wait: WaitStrategy,
+
+    /// mdbus configuration file (TOML), for the shared-memory settings
+    /// (directory, prefix, huge pages, mlock). The transport and channel
+    /// settings of this run override its own.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Seconds to wait for the peer to appear, and the longest a running
+    /// measurement may go without progress before it is abandoned.
+    #[arg(long, default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Set on a peer started by another mdbus-perf: die with the parent,
+    /// and (throughput) start publishing when it says so on stdin.
+    #[arg(long, hide = true)]
+    pub spawned: bool,
+}
+
+impl Common {
+    /// The channel name: as given, or unique to this run when this process
+    /// starts the peer, or the shared default with --role.
+    pub fn channel_name(&self, has_role: bool) -> Result<String, Failure> {
+        let name = match &self.name {
+            Some(name) => name.clone(),
+            None if has_role => "mdbus-perf".into(),
+            None => format!("mdbus-perf-{}", std::process::id()),
+        };
+        mdbus::names::check(&name).map_err(|e| Failure::Usage(format!("--name: {e}")))?;
+        Ok(name)
+    }
+
+    /// Adds the option to change to an error from waiting for the peer.
+    pub fn peer_wait(&self, e: mdbus::Error) -> Failure {
+        match e {
+            mdbus::Error::NotFound { .. } | mdbus::Error::Timeout { .. } => Failure::Run(format!(
+                "{e} (mdbus-perf waits --timeout {} s for its peer)",
+                self.timeout
+            )),
+            e => e.into(),
+        }
+    }
+
+    /// The stall limit and peer wait.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+
+    /// The cores for this process and for the peer it starts. The side
+    /// that is started second (pong, pub) takes the second default core
+    /// when --cores is not given.
+    pub fn cores_for(&self, second_side: bool) -> Result<(usize, usize), Failure> {
+        let (first, second) = self.cores()?;
+        if second_side && self.cores.is_none() {
+            Ok((second, first))
+        } else {
+            Ok((first, second))
+        }
+    }
+
+    fn cores(&self) -> Result<(usize, usize), Failure> {
+        let placement = match &self.cores {
+            Some(list) => {
+                let cores = affinity::parse_cpulist(list)
+                    .map_err(|e| Failure::Usage(format!("--cores {list:?}: {e}")))?;
+                if cores.is_empty() {
+                    return Err(Failure::Usage(format!("--cores {list:?} lists no core")));
+                }
+                // Keep the order given: the first is this process's.
+                let second = *cores.get(1).unwrap_or(&cores[0]);
+                return Ok((cores[0], second));
+            }
+            None => match self.device.as_deref() {
+                Some(dev) => {
+                    let is_rdma = std::path::Path::new("/sys/class/infiniband")
+                        .join(dev)
+                        .exists();
+                    affinity::placement_for(Some(if is_rdma {
+                        Device::Rdma(dev)
+                    } else {
+                        Device::Net(dev)
+                    }))
+                }
+                None => affinity::placement_for(None),
+            },
+        };
+        Ok(two_cores(&placement))
+    }
+}
+
+/// The first two cores of a placement (the same one twice on a one-core
+/// machine, with a warning: the two sides will share it).
+fn two_cores(placement: &Placement) -> (usize, usize) {
+    if placement.cores().len() < 2 {
+        log::warn!(
+            "only core {} is available: both sides share it, so the figures are not meaningful",
+            placement.core(0)
+        );
+    }
+    (placement.core(0), placement.core(1))
+}
+
+/// Pins this process's thread, naming the option to change on failure.
+pub fn pin(core: usize) -> Result<(), Failure> {
+    affinity::pin_current_thread(core)
+        .map_err(|e| Failure::Usage(format!("{e}; choose others with --cores")))
+}
+
+/// Why a run failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The transport is not in this build.
+    Unavailable(&'static str),
+    /// An option or the configuration is wrong.
+    Usage(String),
+    /// The run itself failed: a peer died or stalled, the bus failed.
+    Run(String),
+}
+
+impl Failure {
+    /// The process exit status for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Unavailable(_) | Failure::Usage(_) => 2,
+            Failure::Run(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Unavailable(t) => write!(f, "transport {t} is not available in this build"),
+            Failure::Usage(msg) | Failure::Run(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<mdbus::Error> for Failure {
+    fn from(e: mdbus::Error) -> Self {
+        match e {
+            mdbus::Error::TransportUnavailable { transport, .. } => Failure::Unavailable(transport),
+            mdbus::Error::Config(e) => Failure::Usage(e.to_string()),
+            mdbus::Error::BadName { .. } => Failure::Usage(format!("--name: {e}")),
+            e => Failure::Run(e.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Run(e.to_string())
+    }
+}
+
+/// Writes `log` records to stderr: warnings and errors always, info with
+/// `--verbose`.
+pub fn init_logging(verbose: bool) {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::max_level()
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                eprintln!(
+                    "mdbus-perf: {}: {}",
+                    r.level().as_str().to_lowercase(),
+                    r.args()
+                );
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(if verbose {
+            log::LevelFilter::Info
+        } else {
+            log::LevelFilter::Warn
+        });
+    }
+}
+
+/// Detects a dead peer or a stalled run from inside a spin loop.
+///
+/// [`Watchdog::idle`] is called once per empty poll: it waits per the
+/// strategy and, every 2^14 calls, checks the peer process (when this
+/// process started it) and the time since the last [`Watchdog::progress`].
+pub struct Watchdog<'a> {
+    peer: Option<&'a mut crate::peer::Peer>,
+    wait: WaitStrategy,
+    idle: u64,
+    since: std::time::Instant,
+    stall: Duration,
+    what: &'static str,
+}
+
+impl<'a> Watchdog<'a> {
+    const CHECK_EVERY: u64 = 1 << 14;
+
+    /// Watches `peer` (if this process started it) during `what`.
+    pub fn new(
+        peer: Option<&'a mut crate::peer::Peer>,
+        common: &Common,
+        what: &'static str,
+    ) -> Self {
+        Watchdog {
+            peer,
+            wait: common.wait,
+            idle: 0,
+            since: std::time::Instant::now(),
+            stall: common.timeout(),
+            what,
+        }
+    }
+
+    /// One empty poll.
+    #[inline(always)]
+    pub fn idle(&mut self) -> Result<(), Failure> {
+        use mdbus::wait::Wait;
+        self.wait.wait();
+        self.idle += 1;
+        if self.idle % Self::CHECK_EVERY == 0 {
+            self.check()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The run moved forward.
+    #[inline(always)]
+    pub fn progress(&mut self) {
+        self.idle = 0;
+    }
+
+    #[cold]
+    fn check(&mut self) -> Result<(), Failure> {
+        if let Some(peer) = &mut self.peer {
+            peer.check_alive()?;
+        }
+        if self.idle == Self::CHECK_EVERY {
+            // First check since the last progress: the stall starts here.
+            self.since = std::time::Instant::now();
+        } else if self.since.elapsed() > self.stall {
+            return Err(Failure::Run(format!(
+                "no progress for {} s while {}; the peer is stuck or gone (--timeout)",
+                self.stall.as_secs(),
+                self.what
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,101 @@
+//! Which transports this build measures, and the bus each run uses.
+//!
+//! Adding a transport: list it in [`MEASURABLE`], and give [`bus`] whatever
+//! it needs beyond the shared settings (addresses, a device). The commands
+//! only ever see an [`mdbus::Bus`], so nothing else changes.
+
+use std::time::Duration;
+
+use mdbus::{Config, TransportKind};
+
+use crate::common::{Common, Failure};
+
+/// Every transport name the command line accepts.
+const ALL: [TransportKind; 5] = [
+    TransportKind::Shm,
+    TransportKind::Udp,
+    TransportKind::Tcp,
+    TransportKind::Verbs,
+    TransportKind::Auto,
+];
+
+/// The transports mdbus-perf can run in this build.
+const MEASURABLE: &[TransportKind] = &[TransportKind::Shm];
+
+/// Parses `--transport`: any transport name, so that one this build lacks
+/// gets its own error rather than a usage message.
+pub fn parse(text: &str) -> Result<TransportKind, String> {
+    ALL.into_iter()
+        .find(|t| t.name() == text)
+        .ok_or_else(|| format!("expected one of {}", names(&ALL)))
+}
+
+fn names(kinds: &[TransportKind]) -> String {
+    kinds
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Fails unless this build can measure `kind`.
+pub fn check(kind: TransportKind) -> Result<(), Failure> {
+    if MEASURABLE.contains(&kind) {
+        Ok(())
+    } else {
+        Err(Failure::Unavailable(kind.name()))
+    }
+}
+
+/// Builds the bus for a run: the configuration file (if any), with the
+/// transport, timeouts and channels of this run set over it.
+pub fn bus(common: &Common, channels: impl FnOnce(&mut Config)) -> Result<mdbus::Bus, Failure> {
+    check(common.transport)?;
+    let mut cfg = match &common.config {
+        Some(path) => Config::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?,
+        None => Config::default(),
+    };
+    cfg.transport = common.transport;
+    cfg.shm.attach_timeout = Duration::from_secs(common.timeout);
+    cfg.threads.wait = common.wait;
+    channels(&mut cfg);
+    match mdbus::Bus::new(cfg) {
+        Ok(bus) => Ok(bus),
+        Err(mdbus::Error::TransportUnavailable { transport, .. }) => {
+            Err(Failure::Unavailable(transport))
+        }
+        Err(mdbus::Error::Config(e)) => Err(Failure::Usage(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_and_unknown_names_list_them() {
+        for kind in ALL {
+            assert_eq!(parse(kind.name()), Ok(kind));
+        }
+        let err = parse("rdma").unwrap_err();
+        assert!(err.contains("shm, udp, tcp, verbs, auto"), "{err}");
+    }
+
+    #[test]
+    fn only_measurable_transports_pass_the_check() {
+        assert!(check(TransportKind::Shm).is_ok());
+        for kind in [
+            TransportKind::Udp,
+            TransportKind::Tcp,
+            TransportKind::Verbs,
+            TransportKind::Auto,
+        ] {
+            let err = check(kind).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("transport {} is not available in this build", kind.name())
+            );
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! mdbus-perf as a user runs it: the built binary, real processes, shared
+//! memory. Counts are small; nothing here asserts on speed.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+const PERF: &str = env!("CARGO_BIN_EXE_mdbus-perf");
+
+/// Only a guard against a hang turning into a stuck test run; no test
+/// depends on how long anything takes.
+const HANG_GUARD: Duration = Duration::from_secs(300);
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(PERF)
+        .args(args)
+        .output()
+        .expect("run mdbus-perf")
+}
+
+/// Options for runs that must finish whatever else the machine is doing:
+/// tests run side by side, so busy-polling processes may outnumber cores;
+/// yielding keeps them all moving, and the stall limit is generous.
+const SHARED_MACHINE: [&str; 4] = ["--wait", "yield", "--timeout", "120"];
+
+/// Runs a measurement with [`SHARED_MACHINE`] options.
+fn measure(args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(SHARED_MACHINE);
+    perf(&all)
+}
+
+/// A channel name no other test (or run) uses, and a bus configuration
+/// that keeps its shared-memory segments in a directory of their own,
+/// removed when the test ends (segments of a killed process included).
+struct Scratch {
+    name: String,
+    dir: PathBuf,
+    config: String,
+}
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let name = format!("t-{test}-{}", std::process::id());
+        let base = Path::new("/dev/shm");
+        let base = if base.is_dir() {
+            base.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("mdbus-perf-{name}"));
+        std::fs::create_dir_all(&dir).expect("create segment directory");
+        let config = dir.join("bus.toml");
+        std::fs::write(
+            &config,
+            format!("[shm]\ndir = {:?}\n", dir.display().to_string()),
+        )
+        .expect("write config");
+        Scratch {
+            name,
+            dir,
+            config: config.display().to_string(),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "mdbus-perf failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON object expected, got:\n{stdout}");
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for key in path {
+        cur = &cur[*key];
+    }
+    cur.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} is not an unsigned integer in {v}"))
+}
+
+fn assert_ordered_percentiles(v: &Value) {
+    let p: Vec<u64> = ["p50", "p90", "p99", "p999", "max"]
+        .iter()
+        .map(|k| u(v, &["rtt_ns", k]))
+        .collect();
+    assert!(p[0] > 0, "a round trip takes some time: {v}");
+    assert!(
+        p.windows(2).all(|w| w[0] <= w[1]),
+        "percentiles out of order: {v}"
+    );
+}
+
+/// Waits for `child` to exit and collects its output (stderr from
+/// `stderr` when the caller already took the pipe), failing the test and
+/// killing the child if it is still running after [`HANG_GUARD`].
+fn wait_or_fail(mut child: Child, stderr: Option<Box<dyn Read + Send>>, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stdout = Vec::new();
+        if let Some(mut out) = child.stdout.take() {
+            out.read_to_end(&mut stdout).expect("read stdout");
+        }
+        let mut err = Vec::new();
+        if let Some(mut r) = stderr.or_else(|| {
+            child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn Read + Send>)
+        }) {
+            r.read_to_end(&mut err).expect("read stderr");
+        }
+        let status = child.wait().expect("wait");
+        let _ = tx.send(Output {
+            status,
+            stdout,
+            stderr: err,
+        });
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(out) => out,
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of a child this test started and
+            // has not reaped (the waiting thread is still blocked).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{what} (pid {pid}) hung");
+        }
+    }
+}
+
+#[test]
+fn pingpong_session_json() {
+    let s = Scratch::new("pp-session");
+    let out = measure(&[
+        "pingpong",
+        "--transport",
+        "shm",
+        "--size",
+        "32",
+        "--iters",
+        "2000",
+        "--warmup",
+        "100",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "shm");
+    assert_eq!(v["channel"], "session");
+    assert_eq!(u(&v, &["size"]), 32);
+    assert_eq!(u(&v, &["iters"]), 2000);
+    assert_eq!(u(&v, &["warmup"]), 100);
+    assert_ordered_percentiles(&v);
+}
+
+#[test]
+fn pingpong_stream_json_with_a_larger_message() {
+    let s = Scratch::new("pp-stream");
+    let out = measure(&[
+        "pingpong",
+        "--channel",
+        "stream",
+        "--size",
+        "200",
+        "--iters",
+        "1500",
+        "--warmup",
+        "0",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["channel"], "stream");
+    assert_eq!(u(&v, &["size"]), 200);
+    assert_eq!(u(&v, &["iters"]), 1500);
+    assert_ordered_percentiles(&v);
+}
+
+#[test]
+fn pingpong_table_names_the_percentiles() {
+    let s = Scratch::new("pp-table");
+    let out = measure(&[
+        "pingpong", "--iters", "500", "--warmup", "10", "--name", &s.name, "--config", &s.config,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max",
+        "500 round trips",
+        "transport shm",
+    ] {
+        assert!(text.contains(word), "{word:?} missing from:\n{text}");
+    }
+    assert!(
+        !text.trim_start().starts_with('{'),
+        "table expected:\n{text}"
+    );
+}
+
+#[test]
+fn throughput_unlapped_reader_receives_everything() {
+    // A stream holding every message cannot lap its reader.
+    let s = Scratch::new("tp-json");
+    let out = measure(&[
+        "throughput",
+        "--transport",
+        "shm",
+        "--size",
+        "64",
+        "--count",
+        "20000",
+        "--capacity",
+        "32768",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "shm");
+    assert_eq!(u(&v, &["size"]), 64);
+    assert_eq!(u(&v, &["sent"]), 20000);
+    assert_eq!(u(&v, &["received"]), 20000);
+    assert_eq!(u(&v, &["lost"]), 0);
+    assert_eq!(u(&v, &["before_join"]), 0);
+    let rate = v["msgs_per_sec"].as_f64().expect("msgs_per_sec");
+    let mb = v["mb_per_sec"].as_f64().expect("mb_per_sec");
+    assert!(rate > 0.0 && mb > 0.0, "{v}");
+}
+
+#[test]
+fn throughput_counts_add_up_when_the_reader_may_be_lapped() {
+    // Capacity far below the count: whatever the machine, every message is
+    // either received or reported lost by the stream, never both or
+    // neither (the subscriber attaches before the first message).
+    let s = Scratch::new("tp-lapped");
+    let out = measure(&[
+        "throughput",
+        "--count",
+        "200000",
+        "--capacity",
+        "64",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 200000);
+    assert_eq!(u(&v, &["before_join"]), 0, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 200000, "{v}");
+}
+
+#[test]
+fn throughput_table_names_the_columns() {
+    let s = Scratch::new("tp-table");
+    let out = measure(&[
+        "throughput",
+        "--count",
+        "1000",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "sent",
+        "received",
+        "lost",
+        "msgs/s",
+        "MB/s",
+        "transport shm",
+    ] {
+        assert!(text.contains(word), "{word:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn transports_not_in_this_build_are_refused_in_one_line() {
+    for command in ["pingpong", "throughput"] {
+        for transport in ["udp", "tcp", "verbs", "auto"] {
+            let out = perf(&[command, "--transport", transport, "--json"]);
+            assert_eq!(out.status.code(), Some(2), "{command} {transport}");
+            assert!(
+                out.stdout.is_empty(),
+                "{command} {transport}: no report expected"
+            );
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(
+                stderr.trim_end(),
+                format!("mdbus-perf: transport {transport} is not available in this build"),
+                "{command} {transport}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unknown_transport_lists_the_known_ones() {
+    let out = perf(&["pingpong", "--transport", "carrier-pigeon"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("shm, udp, tcp, verbs, auto"), "{stderr}");
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["pingpong", "--size", "4"], "--size"),
+        (&["pingpong", "--cores", "3-1"], "--cores"),
+        (
+            &["throughput", "--name", "no/slashes", "--count", "1"],
+            "no/slashes",
+        ),
+        (
+            &["throughput", "--capacity", "1000", "--count", "1"],
+            "capacity",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = perf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn ping_without_pong_gives_up_and_names_the_channel() {
+    let s = Scratch::new("no-pong");
+    let out = perf(&[
+        "pingpong",
+        "--role",
+        "ping",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--timeout",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(&s.name), "{stderr}");
+}
+
+/// Starts `args` with stdout and stderr piped; returns once a stderr line
+/// contains `ready`, with the rest of stderr.
+fn start_until(args: &[&str], ready: &str) -> (Child, Box<dyn Read + Send>) {
+    let mut child = Command::new(PERF)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mdbus-perf");
+    let mut reader = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(n) if n > 0 && line.contains(ready) => return (child, Box::new(reader)),
+            Ok(n) if n > 0 => {}
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?} ended before printing {ready:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ping_reports_a_pong_that_dies() {
+    let s = Scratch::new("pong-dies");
+    let mut pong = Command::new(PERF)
+        .args([
+            "pingpong", "--role", "pong", "--name", &s.name, "--config", &s.config, "--cores", "1",
+        ])
+        .args(SHARED_MACHINE)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pong");
+    let (ping, ping_stderr) = start_until(
+        &[
+            "pingpong",
+            "--role",
+            "ping",
+            "--name",
+            &s.name,
+            "--config",
+            &s.config,
+            "--cores",
+            "0",
+            "--iters",
+            "1000000000000",
+            "--warmup",
+            "0",
+            "--wait",
+            "yield",
+            "--timeout",
+            "120",
+        ],
+        "connected",
+    );
+    pong.kill().expect("kill pong");
+    pong.wait().expect("reap pong");
+    let out = wait_or_fail(ping, Some(ping_stderr), "ping after its pong died");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("died"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", pong.id())), "{stderr}");
+}
+
+#[test]
+fn subscriber_reports_a_publisher_that_dies() {
+    let s = Scratch::new("pub-dies");
+    let sub = Command::new(PERF)
+        .args([
+            "throughput",
+            "--role",
+            "sub",
+            "--name",
+            &s.name,
+            "--config",
+            &s.config,
+            "--json",
+        ])
+        .args(SHARED_MACHINE)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sub");
+    let (mut publisher, _) = start_until(
+        &[
+            "throughput",
+            "--role",
+            "pub",
+            "--name",
+            &s.name,
+            "--config",
+            &s.config,
+            "--count",
+            "1000000000000",
+            "--rate",
+            "100000",
+            "--wait",
+            "yield",
+            "--timeout",
+            "120",
+        ],
+        "publishing",
+    );
+    publisher.kill().expect("kill pub");
+    publisher.wait().expect("reap pub");
+    let out = wait_or_fail(sub, None, "sub after its publisher died");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no report from a failed run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("publisher went down"), "{stderr}");
+}
