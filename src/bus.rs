@@ -12,6 +12,7 @@ use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
 use crate::transport::shm::{ShmPublisher, ShmSession, ShmSubscriber};
 use crate::transport::tcp::TcpSession;
 use crate::transport::udp;
+use crate::transport::verbs::{self, RcSession};
 
 /// A configured bus. Cheap to clone; each handle it creates is owned by one
 /// thread.
@@ -26,20 +27,32 @@ impl Bus {
     pub fn new(config: Config) -> Result<Bus> {
         config.validate("<config>")?;
         let transport = match config.transport {
-            TransportKind::Auto => {
-                log::info!("transport auto: no RDMA support in this build; using shared memory");
-                TransportKind::Shm
-            }
+            TransportKind::Auto => match verbs::detect(&config.verbs) {
+                Ok(p) => {
+                    log::info!("transport auto: using verbs: {}", describe_port(&p));
+                    TransportKind::Verbs
+                }
+                Err(why) => {
+                    log::info!("transport auto: using shared memory: {why}");
+                    TransportKind::Shm
+                }
+            },
+            TransportKind::Verbs => match verbs::detect(&config.verbs) {
+                Ok(p) => {
+                    log::info!("transport verbs: {}", describe_port(&p));
+                    TransportKind::Verbs
+                }
+                Err(reason) => {
+                    return Err(Error::TransportUnavailable {
+                        transport: "verbs",
+                        reason,
+                    })
+                }
+            },
             TransportKind::Shm => TransportKind::Shm,
             // One IP transport under either name: streams on UDP multicast,
             // sessions on TCP.
             TransportKind::Udp | TransportKind::Tcp => config.transport,
-            other => {
-                return Err(Error::TransportUnavailable {
-                    transport: other.name(),
-                    reason: "this build carries the shared-memory and IP transports only".into(),
-                })
-            }
         };
         Ok(Bus {
             config: Arc::new(config),
@@ -101,6 +114,9 @@ impl Bus {
             TransportKind::Udp | TransportKind::Tcp => {
                 SessionImpl::Tcp(TcpSession::accept(name, &cfg)?)
             }
+            TransportKind::Verbs => {
+                SessionImpl::Verbs(RcSession::accept(name, &cfg, &self.config.verbs)?)
+            }
             _ => SessionImpl::Shm(ShmSession::accept(&self.config.shm, name, &cfg)?),
         };
         Ok(self.session(inner, name))
@@ -115,15 +131,22 @@ impl Bus {
             TransportKind::Udp | TransportKind::Tcp => {
                 SessionImpl::Tcp(TcpSession::connect(name, &cfg)?)
             }
+            TransportKind::Verbs => {
+                SessionImpl::Verbs(RcSession::connect(name, &cfg, &self.config.verbs)?)
+            }
             _ => SessionImpl::Shm(ShmSession::connect(&self.config.shm, name, &cfg)?),
         };
         Ok(self.session(inner, name))
     }
 
     fn no_streams(&self, t: TransportKind) -> Error {
+        let reason = match t {
+            TransportKind::Verbs => "streams on verbs use the UD datagram stream, not wired in yet",
+            _ => "streams on this transport are not in this build yet",
+        };
         Error::TransportUnavailable {
             transport: t.name(),
-            reason: "streams on this transport are not in this build yet".into(),
+            reason: reason.into(),
         }
     }
 
@@ -137,4 +160,16 @@ impl Bus {
             self.config.threads.wait,
         )
     }
+}
+
+/// "rxe0 port 1 is ACTIVE (MTU 1024, no NUMA node reported)", for the log.
+fn describe_port(p: &verbs::ActivePort) -> String {
+    let node = match p.numa_node {
+        Some(n) => format!("NUMA node {n}"),
+        None => "no NUMA node reported".into(),
+    };
+    format!(
+        "{} port {} is ACTIVE (MTU {}, {node})",
+        p.device, p.port, p.active_mtu
+    )
 }

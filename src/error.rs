@@ -152,6 +152,42 @@ pub enum Error {
         /// The rejected name.
         name: String,
     },
+
+    /// An RDMA verbs or rdma_cm call failed, or a work completion reported
+    /// an error: "ibv_modify_qp to RTR on rxe0 (QP 0x11): Invalid argument
+    /// (errno 22)".
+    #[error("{op}{}: {detail}", verbs_place(device, *port, *qp))]
+    Verbs {
+        /// The call and what it was for ("ibv_reg_mr of the receive ring").
+        op: String,
+        /// The RDMA device, empty before one is known.
+        device: String,
+        /// The port on the device, when known.
+        port: Option<u8>,
+        /// The queue pair number, when a queue pair is involved.
+        qp: Option<u32>,
+        /// The errno the call left, when it sets one.
+        errno: Option<i32>,
+        /// What went wrong, as a sentence ("Invalid argument (errno 22)").
+        detail: String,
+    },
+}
+
+/// " on rxe0 port 1 (QP 0x11)", or less when device, port or QP are not
+/// known.
+fn verbs_place(device: &str, port: Option<u8>, qp: Option<u32>) -> String {
+    let mut s = String::new();
+    if !device.is_empty() {
+        s.push_str(" on ");
+        s.push_str(device);
+        if let Some(port) = port {
+            s.push_str(&format!(" port {port}"));
+        }
+    }
+    if let Some(qp) = qp {
+        s.push_str(&format!(" (QP {qp:#x})"));
+    }
+    s
 }
 
 impl Error {

@@ -32,15 +32,20 @@ use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::shm::ShmSession;
 use crate::transport::tcp::TcpSession;
+use crate::transport::verbs::RcSession;
 use crate::transport::SessionEnd;
 use crate::wait::{Wait, WaitStrategy};
 use crate::wire::FLAG_TIMESTAMP;
 
 /// The transport a session runs on.
 #[derive(Debug)]
+// Handles are created once and owned by one thread for their life; a box
+// would add a pointer chase to every call on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum SessionImpl {
     Shm(ShmSession),
     Tcp(TcpSession),
+    Verbs(RcSession),
 }
 
 macro_rules! with_end {
@@ -48,6 +53,7 @@ macro_rules! with_end {
         match $self {
             SessionImpl::Shm($t) => $body,
             SessionImpl::Tcp($t) => $body,
+            SessionImpl::Verbs($t) => $body,
         }
     };
 }

@@ -39,6 +39,9 @@ use crate::wire::FLAG_TIMESTAMP;
 
 /// The transport a publisher runs on.
 #[derive(Debug)]
+// Handles are created once and owned by one thread for their life; a box
+// would add a pointer chase to every call on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum PublisherImpl {
     Shm(ShmPublisher),
     Udp(DatagramPublisher<UdpLink>),
@@ -46,6 +49,9 @@ pub(crate) enum PublisherImpl {
 
 /// The transport a subscriber runs on.
 #[derive(Debug)]
+// Handles are created once and owned by one thread for their life; a box
+// would add a pointer chase to every call on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum SubscriberImpl {
     Shm(ShmSubscriber),
     Udp(DatagramSubscriber<UdpLink>),
@@ -97,6 +103,16 @@ impl Publisher {
     /// Messages published by this handle.
     pub fn published(&self) -> u64 {
         self.published
+    }
+
+    /// The loss-recovery counters of a datagram transport (requests
+    /// served, retransmissions, heartbeats...); `None` on shared memory,
+    /// which has nothing to recover.
+    pub fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
+        match &self.inner {
+            PublisherImpl::Shm(_) => None,
+            PublisherImpl::Udp(t) => Some(t.counters()),
+        }
     }
 
     /// Claims `len` bytes in the transport's preallocated send buffer. Write
@@ -255,6 +271,16 @@ impl Subscriber {
     /// Counters so far.
     pub fn stats(&self) -> SubscriberStats {
         self.stats
+    }
+
+    /// The loss-recovery counters of a datagram transport (duplicates
+    /// dropped, gaps seen, messages recovered, requests sent, drops by
+    /// reason, A/B wins...); `None` on shared memory.
+    pub fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
+        match &self.inner {
+            SubscriberImpl::Shm(_) => None,
+            SubscriberImpl::Udp(t) => Some(t.counters()),
+        }
     }
 
     /// Delivers what has arrived, up to the stream's `poll_batch` messages,

@@ -321,3 +321,119 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
         Ok(delivered)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    /// An in-memory network: one queue per endpoint; group datagrams go to
+    /// every subscriber, with every `drop_every`-th one to the subscriber
+    /// dropped.
+    #[derive(Default)]
+    struct Net {
+        queues: Vec<VecDeque<(usize, Vec<u8>)>>,
+        group_sent: u64,
+        drop_every: u64,
+        dropped: u64,
+    }
+
+    struct SimLink {
+        net: Arc<Mutex<Net>>,
+        me: usize,
+    }
+
+    impl DatagramLink for SimLink {
+        type Peer = usize;
+        fn max_datagram(&self) -> usize {
+            1472
+        }
+        fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
+            let mut n = self.net.lock().unwrap();
+            n.group_sent += 1;
+            let drop = n.drop_every > 0 && n.group_sent % n.drop_every == 0;
+            for q in 0..n.queues.len() {
+                if q == self.me {
+                    continue;
+                }
+                if drop {
+                    n.dropped += 1;
+                } else {
+                    let me = self.me;
+                    n.queues[q].push_back((me, bytes.to_vec()));
+                }
+            }
+            Ok(())
+        }
+        fn send_to(&mut self, peer: usize, bytes: &[u8]) -> Result<()> {
+            let me = self.me;
+            self.net.lock().unwrap().queues[peer].push_back((me, bytes.to_vec()));
+            Ok(())
+        }
+        fn poll<F: FnMut(usize, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+            let mut n = 0;
+            while n < max {
+                let Some((from, d)) = self.net.lock().unwrap().queues[self.me].pop_front() else {
+                    break;
+                };
+                f(from, &d);
+                n += 1;
+            }
+            Ok(n)
+        }
+        fn dropped(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn live_loss_is_recovered_through_the_driver() {
+        let net = Arc::new(Mutex::new(Net {
+            queues: vec![VecDeque::new(), VecDeque::new()],
+            drop_every: 7,
+            ..Default::default()
+        }));
+        let cfg = StreamConfig {
+            max_message: 32,
+            retransmit_timeout: std::time::Duration::from_millis(1),
+            ..StreamConfig::default()
+        };
+        let link = |me| SimLink {
+            net: net.clone(),
+            me,
+        };
+        let mut p = DatagramPublisher::new("t", &cfg, vec![link(0)]).unwrap();
+        let mut s = DatagramSubscriber::new("t", &cfg, vec![link(1)]).unwrap();
+        let total = 20_000u64;
+        let mut next = 1u64;
+        let mut seq = 0u64;
+        for round in 0..1_000_000u64 {
+            if seq < total {
+                seq += 1;
+                let b = p.claim(8).unwrap();
+                b.copy_from_slice(&seq.to_le_bytes());
+                p.commit(8, 0, 0).unwrap();
+            }
+            if round % 16 == 0 {
+                p.service().unwrap();
+            }
+            s.poll(64, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), next);
+                    assert_eq!(m.payload(), next.to_le_bytes());
+                    next += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+            if next > total {
+                break;
+            }
+        }
+        let c = s.counters();
+        assert_eq!(next - 1, total, "{c:?}");
+        assert!(net.lock().unwrap().dropped > 0);
+        assert!(c.recovered > 0, "{c:?}");
+    }
+}

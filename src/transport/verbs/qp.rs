@@ -1,0 +1,154 @@
+//! Queue pairs created through rdma_cm (which moves them through INIT, RTR
+//! and RTS as the connection or join proceeds). One per handle, used by one
+//! thread: posting needs no lock of ours.
+
+use std::ptr::NonNull;
+
+use verbs_sys::{ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, Rdmacm};
+
+use super::cm::CmId;
+use super::cq::Cq;
+use super::errors;
+use super::pd::Pd;
+use crate::error::Result;
+
+/// Queue sizes asked for at creation, and what the device granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Send queue entries.
+    pub(crate) send_wr: u32,
+    /// Receive queue entries.
+    pub(crate) recv_wr: u32,
+    /// Bytes a send may carry inline (copied into the work request).
+    pub(crate) inline: u32,
+}
+
+/// A queue pair attached to an rdma_cm id; destroyed with
+/// `rdma_destroy_qp` on drop, before the id, its CQs and its PD.
+pub(crate) struct CmQp {
+    cm: &'static Rdmacm,
+    qp: NonNull<ibv_qp>,
+    id: NonNull<verbs_sys::rdma_cm_id>,
+}
+
+impl CmQp {
+    /// Creates a queue pair of `kind` (`IBV_QPT_RC` or `IBV_QPT_UD`) on
+    /// `id`, completing sends on `send_cq` and receives on `recv_cq`, one
+    /// scatter/gather entry per request. Returns it with the granted sizes.
+    ///
+    /// # Safety
+    /// `id`, `pd` and both queues must outlive the queue pair, and `pd` and
+    /// the queues must be on `id`'s device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn create(
+        cm: &'static Rdmacm,
+        id: &CmId,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        kind: ibv_qp_type,
+        want: Caps,
+        device: &str,
+    ) -> Result<(CmQp, Caps)> {
+        let mut attr = ibv_qp_init_attr {
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            qp_type: kind,
+            // Completions only where a request asks for one (selective
+            // signaling).
+            sq_sig_all: 0,
+            ..Default::default()
+        };
+        attr.cap.max_send_wr = want.send_wr;
+        attr.cap.max_recv_wr = want.recv_wr;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.cap.max_inline_data = want.inline;
+        // SAFETY: all objects are live (caller); `attr` is valid and the
+        // call writes the granted capabilities back into it.
+        let rc = unsafe { (cm.rdma_create_qp)(id.as_raw(), pd.as_raw(), &mut attr) };
+        if rc != 0 {
+            return Err(errors::ret(
+                format!(
+                    "rdma_create_qp ({} send, {} receive entries, {} bytes inline)",
+                    want.send_wr, want.recv_wr, want.inline
+                ),
+                device,
+                None,
+                rc,
+            ));
+        }
+        // SAFETY: on success rdma_create_qp stored the new QP in the id.
+        let qp = unsafe { (*id.as_raw()).qp };
+        let granted = Caps {
+            send_wr: attr.cap.max_send_wr,
+            recv_wr: attr.cap.max_recv_wr,
+            inline: attr.cap.max_inline_data,
+        };
+        Ok((
+            CmQp {
+                cm,
+                qp: NonNull::new(qp).expect("rdma_create_qp set id->qp"),
+                id: NonNull::new(id.as_raw()).expect("live id"),
+            },
+            granted,
+        ))
+    }
+
+    /// The queue pair number.
+    pub(crate) fn num(&self) -> u32 {
+        // SAFETY: the QP is live while `self` is.
+        unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    /// Posts a chain of send requests; `Err(errno)` on failure.
+    ///
+    /// # Safety
+    /// As [`verbs_sys::ibv_post_send`]: every non-inline request's memory is
+    /// registered and stays untouched until its completion (or a later
+    /// signaled one) has been polled.
+    #[inline]
+    pub(crate) unsafe fn post_send(
+        &mut self,
+        wr: *mut ibv_send_wr,
+    ) -> std::result::Result<(), i32> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is live; `&mut self` makes this the only poster;
+        // the requests are the caller's responsibility.
+        let rc = unsafe { verbs_sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(if rc > 0 { rc } else { errors::errno() })
+        }
+    }
+
+    /// Posts a chain of receive requests; `Err(errno)` on failure.
+    ///
+    /// # Safety
+    /// As [`verbs_sys::ibv_post_recv`]: the buffers are registered with
+    /// local write access and untouched until their completions are polled.
+    #[inline]
+    pub(crate) unsafe fn post_recv(
+        &mut self,
+        wr: *mut ibv_recv_wr,
+    ) -> std::result::Result<(), i32> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as in post_send.
+        let rc = unsafe { verbs_sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(if rc > 0 { rc } else { errors::errno() })
+        }
+    }
+}
+
+impl Drop for CmQp {
+    fn drop(&mut self) {
+        // SAFETY: the id is live (it outlives the QP: owner's field order)
+        // and still holds this QP; rdma_destroy_qp destroys it and clears
+        // id->qp.
+        unsafe { (self.cm.rdma_destroy_qp)(self.id.as_ptr()) };
+    }
+}

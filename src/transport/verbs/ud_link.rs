@@ -1,0 +1,731 @@
+//! One UD multicast line: a [`DatagramLink`] over an unreliable-datagram
+//! queue pair that joined an IP multicast group through rdma_cm.
+//!
+//! Joining: the link's UD cm id resolves the group address from the
+//! interface address (which picks the device), gets a UD queue pair (which
+//! rdma_cm brings to RTS with its qkey), posts its receive ring, then
+//! `rdma_join_multicast`s and waits for `MULTICAST_JOIN`, whose UD
+//! parameters give the group's address handle attributes, the remote QPN
+//! (0xFFFFFF) and the qkey. On RoCE the join also joins the IP group, so
+//! switches and the host stack forward the group to this port.
+//!
+//! Sizes: a datagram carries at most the port's active MTU (1024 on
+//! Soft-RoCE over a 1500-byte netdev), so [`max_datagram`](UdLink::max_datagram)
+//! is the smaller of that and the configured size; receive buffers are the
+//! MTU plus 40 bytes in front, where the device writes the GRH (on RoCE v2
+//! with IPv4, the IPv4 header in its last 20 bytes).
+//!
+//! Replies: a received datagram's [`UdPeer`] is the sender's GID and QPN.
+//! `send_to` finds its address handle in a small cache allocated at
+//! start-up, keyed by (GID, QPN), and creates one only on a miss. The
+//! handle is built from the GID (global route, our source GID index and
+//! port): that is what `ibv_create_ah_from_wc` computes for a unicast
+//! datagram, and the only way for a datagram that arrived on a multicast
+//! group, for which libibverbs refuses `ibv_create_ah_from_wc` (EINVAL: it
+//! looks the group address up in the local GID table). An evicted handle is
+//! destroyed only after every send that used it has completed; replies ask
+//! for a completion, so that is always soon.
+//!
+//! Drops: a group send that finds the send queue full even after reaping
+//! completions is dropped and counted, never waited for. A receive
+//! completing with an error is counted and its buffer reposted. A datagram
+//! that arrives while every receive buffer is full is dropped by the device
+//! without a trace here; the stream's sequence numbers report it as a gap.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use verbs_sys::{
+    ibv_ah_attr, ibv_send_wr, ibv_sge, ibv_wc, IBV_ACCESS_LOCAL_WRITE, IBV_GID_TYPE_ROCE_V2,
+    IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_SUCCESS, IBV_WR_SEND,
+    RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_MULTICAST_JOIN, RDMA_PS_UDP,
+};
+
+use super::ah::{Ah, AhCache};
+use super::cm::{CmId, EventChannel, UdParam};
+use super::cq::Cq;
+use super::credit::repost_batch;
+use super::mr::Region;
+use super::pd::Pd;
+use super::qp::{Caps, CmQp};
+use super::recv_ring::RecvRing;
+use super::send_queue::SendQueue;
+use super::{device, errors, lib};
+use crate::config::{StreamConfig, VerbsConfig};
+use crate::error::{Error, Result};
+use crate::transport::datagram::DatagramLink;
+
+/// Bytes in front of every received datagram where the device puts the GRH.
+pub const GRH_LEN: usize = 40;
+/// QPN that addresses a multicast group.
+const MULTICAST_QPN: u32 = 0xFF_FFFF;
+/// Completions per poll call.
+const WC_BATCH: usize = 32;
+
+/// Settings of one UD multicast line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdLinkConfig {
+    /// The IPv4 multicast group; rdma_cm maps it to the port's multicast
+    /// GID. The port number is part of the rdma_cm address only.
+    pub group: SocketAddrV4,
+    /// Local address whose device carries the line; `None`: the route to
+    /// the group decides.
+    pub interface: Option<Ipv4Addr>,
+    /// Largest datagram wanted; the link caps it at the active MTU.
+    pub max_datagram: usize,
+    /// Receive buffers kept posted.
+    pub recv_depth: u32,
+    /// Send queue entries (datagrams in flight before sends are dropped).
+    pub send_depth: u32,
+    /// Peers whose address handles are kept for replies.
+    pub peer_cache: usize,
+    /// How long address resolution and the join may take.
+    pub join_timeout: Duration,
+}
+
+impl UdLinkConfig {
+    /// Receive buffers by default.
+    pub const DEFAULT_RECV_DEPTH: u32 = 1024;
+    /// Send queue entries by default.
+    pub const DEFAULT_SEND_DEPTH: u32 = 256;
+    /// Address handles cached by default.
+    pub const DEFAULT_PEER_CACHE: usize = 32;
+
+    /// Line A (or B, with `line_b`) of stream `name`: its `group` and
+    /// `interface` (or `group_b`, `interface_b`) and `max_datagram`, with
+    /// default depths.
+    pub fn from_stream(name: &str, s: &StreamConfig, line_b: bool) -> Result<UdLinkConfig> {
+        let (key, group, interface) = if line_b {
+            ("group_b", &s.group_b, &s.interface_b)
+        } else {
+            ("group", &s.group, &s.interface)
+        };
+        let channel = format!("stream `{name}`");
+        if group.is_empty() {
+            return Err(Error::Missing {
+                channel,
+                key: format!("streams.{name}.{key}"),
+                transport: "verbs",
+            });
+        }
+        let bad = |what: &str, v: &str| {
+            Error::Config(crate::error::ConfigError {
+                source_name: "<config>".into(),
+                key: format!("streams.{name}.{what}"),
+                message: format!("`{v}` is not valid here"),
+            })
+        };
+        let group: SocketAddrV4 = group.parse().map_err(|_| bad(key, group))?;
+        let interface = if interface.is_empty() {
+            None
+        } else {
+            Some(interface.parse().map_err(|_| bad("interface", interface))?)
+        };
+        Ok(UdLinkConfig {
+            group,
+            interface,
+            max_datagram: s.max_datagram,
+            recv_depth: Self::DEFAULT_RECV_DEPTH,
+            send_depth: Self::DEFAULT_SEND_DEPTH,
+            peer_cache: Self::DEFAULT_PEER_CACHE,
+            join_timeout: Duration::from_secs(5),
+        })
+    }
+}
+
+/// The sender of a received datagram: its GID and queue pair number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdPeer {
+    /// The sender's GID (IPv4-mapped on RoCE v2 with IPv4).
+    pub gid: [u8; 16],
+    /// The sender's queue pair number.
+    pub qpn: u32,
+}
+
+impl fmt::Debug for UdPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ip = std::net::Ipv6Addr::from(self.gid);
+        match ip.to_ipv4_mapped() {
+            Some(v4) => write!(f, "UdPeer({v4}, QP {:#x})", self.qpn),
+            None => write!(f, "UdPeer({ip}, QP {:#x})", self.qpn),
+        }
+    }
+}
+
+/// Where a received datagram's source GID is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GrhKind {
+    /// A real GRH (InfiniBand, RoCE v1, RoCE v2 over IPv6): source GID at
+    /// bytes 8..24.
+    Ipv6,
+    /// RoCE v2 over IPv4: the IPv4 header in bytes 20..40, source address
+    /// at 32..36.
+    Ipv4,
+}
+
+/// One UD multicast line.
+pub struct UdLink {
+    sq: SendQueue,
+    /// Granted inline bytes (0: inline off).
+    inline_max: usize,
+    max_datagram: usize,
+    send_base: *mut u8,
+    send_slot: usize,
+    send_depth: u64,
+    send_lkey: u32,
+    /// Received buffers not yet reposted, and the repost batch.
+    unposted: u32,
+    batch: u32,
+    qkey: u32,
+    group_qpn: u32,
+    sgid_index: u8,
+    port: u8,
+    grh: GrhKind,
+    local: UdPeer,
+    dropped: u64,
+    sent: u64,
+    received: u64,
+    group: SocketAddrV4,
+    channel: String,
+    device: String,
+    qpn: u32,
+    // Verbs objects in teardown order: QP, address handles, queues, pools,
+    // PD, then the id and its channel (after Drop::drop left the group).
+    qp: CmQp,
+    ahs: AhCache<Ah>,
+    group_ah: Ah,
+    ring: RecvRing,
+    send_cq: Cq,
+    recv_cq: Cq,
+    // Held for their registrations and teardown only.
+    _send_mem: Region,
+    _recv_mem: Region,
+    pd: Pd,
+    id: CmId,
+    _events: EventChannel,
+}
+
+// SAFETY: the link exclusively owns every verbs object and pool its raw
+// pointers refer to; verbs objects may be used from any thread as long as
+// no two use one at once, which `&mut self` ensures (the type is not Sync).
+unsafe impl Send for UdLink {}
+
+impl fmt::Debug for UdLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UdLink")
+            .field("channel", &self.channel)
+            .field("group", &self.group)
+            .field("device", &self.device)
+            .field("qp", &format_args!("{:#x}", self.qpn))
+            .field("max_datagram", &self.max_datagram)
+            .field("sent", &self.sent)
+            .field("received", &self.received)
+            .field("dropped", &self.dropped)
+            .finish()
+    }
+}
+
+impl UdLink {
+    /// Joins `cfg.group` on the device of `cfg.interface` and readies the
+    /// link; `channel` names it in errors ("stream `md` line A").
+    pub fn join(channel: &str, cfg: &UdLinkConfig, vcfg: &VerbsConfig) -> Result<UdLink> {
+        let lib = lib()?;
+        let deadline = Instant::now() + cfg.join_timeout;
+        let group = SocketAddr::V4(cfg.group);
+        let timeout = |what: &'static str| Error::Timeout {
+            channel: channel.into(),
+            what,
+            waited_ms: cfg.join_timeout.as_millis() as u64,
+        };
+        let events = EventChannel::new(lib.cm)?;
+        // SAFETY: `events` outlives the id (the link drops it later).
+        let id = unsafe { CmId::new(lib.cm, &events, RDMA_PS_UDP) }?;
+        let ms = cfg.join_timeout.as_millis().clamp(100, 60_000) as i32;
+        id.resolve_addr(cfg.interface.map(Into::into), group, ms)?;
+        match events.next_until(deadline)? {
+            Some(ev) if ev.kind == RDMA_CM_EVENT_ADDR_RESOLVED => {}
+            Some(ev) => {
+                return Err(errors::other(
+                    format!("rdma_resolve_addr {} from {:?}", cfg.group, cfg.interface),
+                    "",
+                    None,
+                    format!("rdma_cm {} (status {})", ev.name(), ev.status),
+                ))
+            }
+            None => return Err(timeout("resolving the multicast group's address")),
+        }
+        let device = id.device_name(lib.verbs);
+        super::note_overrides(channel, vcfg, &device);
+        let ctx = id.context();
+        let port = id.port();
+        // SAFETY: a resolved id's context is live while the id is.
+        let pattr = unsafe { device::query_port(lib.verbs, ctx, port, &device) }?;
+        let mtu = device::mtu_bytes(pattr.active_mtu);
+        let max_datagram = cfg.max_datagram.min(mtu);
+        let recv_slot = (GRH_LEN + mtu).div_ceil(64) * 64;
+        let send_slot = max_datagram.div_ceil(64) * 64;
+        let mut dattr = verbs_sys::ibv_device_attr::default();
+        // SAFETY: as above.
+        let rc = unsafe { (lib.verbs.ibv_query_device)(ctx, &mut dattr) };
+        if rc != 0 {
+            return Err(errors::ret("ibv_query_device", &device, None, rc));
+        }
+        let most = cfg.send_depth.max(cfg.recv_depth) as usize;
+        device::check_limit(
+            "the UD queues",
+            most,
+            dattr.max_qp_wr,
+            &device,
+            "the link's depths",
+        )?;
+
+        // SAFETY: every object below is created on the id's live context and
+        // stored in the link, whose field order drops each before what it
+        // depends on, and the id after all of them.
+        let pd = unsafe { Pd::alloc(lib.verbs, ctx, &device) }?;
+        // SAFETY: as above.
+        let send_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.send_depth as usize, &device) }?;
+        // SAFETY: as above.
+        let recv_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.recv_depth as usize, &device) }?;
+        // The NIC only reads the send pool; the receive pool takes local
+        // writes; nothing is remotely accessible.
+        // SAFETY: as above.
+        let send_mem = unsafe {
+            Region::new(
+                lib.verbs,
+                &pd,
+                cfg.send_depth as usize * send_slot,
+                0,
+                "the UD send pool",
+                &device,
+            )
+        }?;
+        // SAFETY: as above.
+        let recv_mem = unsafe {
+            Region::new(
+                lib.verbs,
+                &pd,
+                cfg.recv_depth as usize * recv_slot,
+                IBV_ACCESS_LOCAL_WRITE,
+                "the UD receive pool",
+                &device,
+            )
+        }?;
+        let mut inline = if vcfg.inline { vcfg.max_inline } else { 0 };
+        let (mut qp, caps) = loop {
+            let want = Caps {
+                send_wr: cfg.send_depth,
+                recv_wr: cfg.recv_depth,
+                inline,
+            };
+            // SAFETY: as above; PD and queues are on the id's device.
+            match unsafe {
+                CmQp::create(
+                    lib.cm, &id, &pd, &send_cq, &recv_cq, IBV_QPT_UD, want, &device,
+                )
+            } {
+                Ok(x) => break x,
+                Err(e) if inline > 0 => {
+                    log::info!("{channel}: {e}; retrying with {} bytes inline", inline / 2);
+                    inline /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let qpn = qp.num();
+        let mut ring = RecvRing::new(&recv_mem, cfg.recv_depth, recv_slot);
+        // SAFETY: at start-up no buffer is posted or handed out.
+        if let Err(e) = unsafe { ring.post(&mut qp, cfg.recv_depth) } {
+            return Err(errors::os(
+                "ibv_post_recv of the UD receive ring",
+                &device,
+                Some(qpn),
+                e,
+            ));
+        }
+
+        id.join_multicast(group, &device)?;
+        let ud: UdParam = loop {
+            match events.next_until(deadline)? {
+                Some(ev) if ev.kind == RDMA_CM_EVENT_MULTICAST_JOIN => match ev.ud {
+                    Some(ud) => break ud,
+                    None => continue,
+                },
+                Some(ev) if ev.kind == RDMA_CM_EVENT_ADDR_RESOLVED => continue,
+                Some(ev) => {
+                    return Err(errors::other(
+                        format!("rdma_join_multicast {}", cfg.group),
+                        &device,
+                        Some(qpn),
+                        format!("rdma_cm {} (status {})", ev.name(), ev.status),
+                    ))
+                }
+                None => return Err(timeout("joining the multicast group")),
+            }
+        };
+        if ud.qp_num != MULTICAST_QPN {
+            log::warn!(
+                "{channel}: the join gave remote QPN {:#x}, not the multicast QPN",
+                ud.qp_num
+            );
+        }
+        let mut ah_attr: ibv_ah_attr = ud.ah_attr;
+        // SAFETY: the PD outlives the handle (field order).
+        let group_ah = unsafe { Ah::new(lib.verbs, &pd, &mut ah_attr, &device) }?;
+        let sgid_index = ah_attr.grh.sgid_index;
+        let port = if ah_attr.port_num != 0 {
+            ah_attr.port_num
+        } else {
+            port
+        };
+        // SAFETY: the context is live.
+        let entry = unsafe { device::query_gid_entry(lib.verbs, ctx, port, sgid_index.into()) };
+        let (grh, gid) = match entry {
+            Ok(e) => {
+                // SAFETY: every bit pattern of the GID union is a valid
+                // byte array.
+                let raw = unsafe { e.gid.raw };
+                let v4 = std::net::Ipv6Addr::from(raw).to_ipv4_mapped().is_some();
+                let kind = if e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4 {
+                    GrhKind::Ipv4
+                } else {
+                    GrhKind::Ipv6
+                };
+                (kind, raw)
+            }
+            Err(e) => {
+                // Older libibverbs: no GID types. An IPv4 interface means
+                // RoCE v2 over IPv4 in practice.
+                log::debug!("{channel}: ibv_query_gid_ex: {}", errors::describe_errno(e));
+                let kind = if cfg.interface.is_some() {
+                    GrhKind::Ipv4
+                } else {
+                    GrhKind::Ipv6
+                };
+                let mut raw = [0u8; 16];
+                if let Some(ip) = cfg.interface {
+                    raw = ip.to_ipv6_mapped().octets();
+                }
+                (kind, raw)
+            }
+        };
+        // Some devices grant inline room even when asked for none.
+        let inline_max = if vcfg.inline { caps.inline as usize } else { 0 };
+        log::info!(
+            "{channel}: joined {} on {device} port {port} (QP {qpn:#x}, qkey {:#x}); datagrams up to {max_datagram} bytes (MTU {mtu}), {} bytes inline",
+            cfg.group,
+            ud.qkey,
+            inline_max
+        );
+        let send_depth = u64::from(cfg.send_depth);
+        Ok(UdLink {
+            sq: SendQueue::new(cfg.send_depth, vcfg.signal_every),
+            inline_max,
+            max_datagram,
+            send_base: send_mem.ptr(),
+            send_slot,
+            send_depth,
+            send_lkey: send_mem.lkey(),
+            unposted: 0,
+            batch: repost_batch(vcfg.recv_batch, cfg.recv_depth),
+            qkey: ud.qkey,
+            group_qpn: ud.qp_num,
+            sgid_index,
+            port,
+            grh,
+            local: UdPeer { gid, qpn },
+            dropped: 0,
+            sent: 0,
+            received: 0,
+            group: cfg.group,
+            channel: channel.into(),
+            device,
+            qpn,
+            qp,
+            ahs: AhCache::new(cfg.peer_cache),
+            group_ah,
+            ring,
+            send_cq,
+            recv_cq,
+            _send_mem: send_mem,
+            _recv_mem: recv_mem,
+            pd,
+            id,
+            _events: events,
+        })
+    }
+
+    /// This link's own address, as its peers see it.
+    pub fn local(&self) -> UdPeer {
+        self.local
+    }
+
+    /// The RDMA device carrying the line.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// Datagrams handed to the device.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Datagrams delivered by `poll`.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Takes send completions until the queue is empty; a failed send is
+    /// counted as dropped.
+    fn reap(&mut self) -> Result<()> {
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
+        loop {
+            let done = self.send_cq.poll(&mut wcs).map_err(|e| {
+                errors::os(
+                    "ibv_poll_cq (UD sends)",
+                    (self.device.as_str(), self.port),
+                    Some(self.qpn),
+                    e,
+                )
+            })?;
+            if done.is_empty() {
+                return Ok(());
+            }
+            for wc in done {
+                self.sq.complete(wc.wr_id);
+                if wc.status != IBV_WC_SUCCESS {
+                    self.dropped += 1;
+                    log::debug!("{}: send {}", self.channel, errors::wc_status(wc.status));
+                }
+            }
+        }
+    }
+
+    /// Posts one datagram to `ah`/`qpn`. The caller made room.
+    fn post(
+        &mut self,
+        ah: *mut verbs_sys::ibv_ah,
+        qpn: u32,
+        bytes: &[u8],
+        signal: bool,
+    ) -> Result<()> {
+        let slot = self.sq.take(signal);
+        let mut flags = if slot.signaled { IBV_SEND_SIGNALED } else { 0 };
+        let src = if bytes.len() <= self.inline_max {
+            flags |= IBV_SEND_INLINE;
+            bytes.as_ptr()
+        } else {
+            // SAFETY: slot `index % depth` is free (the queue had room, so
+            // its last request completed) and holds max_datagram >= len
+            // bytes; `bytes` does not overlap the pool.
+            unsafe {
+                let p = self
+                    .send_base
+                    .add((slot.index % self.send_depth) as usize * self.send_slot);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+                p.cast_const()
+            }
+        };
+        let mut sge = ibv_sge {
+            addr: src as u64,
+            length: bytes.len() as u32,
+            lkey: self.send_lkey,
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: slot.index,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_SEND,
+            send_flags: flags,
+            ..Default::default()
+        };
+        wr.wr.ud.ah = ah;
+        wr.wr.ud.remote_qpn = qpn;
+        wr.wr.ud.remote_qkey = self.qkey;
+        // SAFETY: inline data is copied during the call; otherwise the
+        // source is a registered send slot that is not reused before this
+        // request completes (send-queue accounting). The address handle
+        // outlives the request: the cache destroys one only after the
+        // requests that used it completed.
+        match unsafe { self.qp.post_send(&mut wr) } {
+            Ok(()) => {
+                self.sent += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.sq.untake(slot);
+                Err(errors::os(
+                    "ibv_post_send (UD)",
+                    (self.device.as_str(), self.port),
+                    Some(self.qpn),
+                    e,
+                ))
+            }
+        }
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len > self.max_datagram {
+            return Err(Error::MessageTooLarge {
+                len,
+                max: self.max_datagram,
+                channel: self.channel.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The cache slot of `peer`'s address handle, creating it on a miss.
+    #[cold]
+    fn add_peer(&mut self, peer: UdPeer) -> Result<usize> {
+        let lib = lib()?;
+        let victim = loop {
+            match self.ahs.victim(self.sq.completed()) {
+                Ok(i) => break i,
+                // Every cached handle is used by a send still in flight;
+                // those are signaled (see send_to), so this ends soon.
+                Err(_) => {
+                    self.reap()?;
+                    std::hint::spin_loop();
+                }
+            }
+        };
+        let mut attr = ibv_ah_attr {
+            is_global: 1,
+            port_num: self.port,
+            ..Default::default()
+        };
+        attr.grh.dgid.raw = peer.gid;
+        attr.grh.sgid_index = self.sgid_index;
+        attr.grh.hop_limit = 64;
+        // SAFETY: the PD outlives the cache (field order).
+        let ah = unsafe { Ah::new(lib.verbs, &self.pd, &mut attr, &self.device) }?;
+        self.ahs.put(victim, peer.gid, peer.qpn, ah);
+        Ok(victim)
+    }
+
+    /// The sender of a datagram, from its completion and GRH bytes.
+    #[inline]
+    fn peer_of(&self, wc: &ibv_wc, grh: &[u8]) -> UdPeer {
+        let mut gid = [0u8; 16];
+        if wc.wc_flags & IBV_WC_GRH != 0 && grh.len() >= GRH_LEN {
+            match self.grh {
+                GrhKind::Ipv4 => {
+                    gid[10] = 0xff;
+                    gid[11] = 0xff;
+                    gid[12..16].copy_from_slice(&grh[32..36]);
+                }
+                GrhKind::Ipv6 => gid.copy_from_slice(&grh[8..24]),
+            }
+        }
+        UdPeer {
+            gid,
+            qpn: wc.src_qp,
+        }
+    }
+}
+
+impl DatagramLink for UdLink {
+    type Peer = UdPeer;
+
+    fn max_datagram(&self) -> usize {
+        self.max_datagram
+    }
+
+    #[inline]
+    fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
+        self.check_len(bytes.len())?;
+        if !self.sq.has_room() {
+            self.reap()?;
+            if !self.sq.has_room() {
+                self.dropped += 1;
+                return Ok(());
+            }
+        }
+        let ah = self.group_ah.as_raw();
+        self.post(ah, self.group_qpn, bytes, false)
+    }
+
+    fn send_to(&mut self, peer: UdPeer, bytes: &[u8]) -> Result<()> {
+        self.check_len(bytes.len())?;
+        let i = match self.ahs.find(&peer.gid, peer.qpn) {
+            Some(i) => i,
+            None => self.add_peer(peer)?,
+        };
+        if !self.sq.has_room() {
+            self.reap()?;
+            if !self.sq.has_room() {
+                self.dropped += 1;
+                return Ok(());
+            }
+        }
+        let ah = self.ahs.use_slot(i, self.sq.next_index()).as_raw();
+        // Signaled, so the handle's last use completes visibly and it can
+        // be evicted without waiting on unsignaled sends.
+        self.post(ah, peer.qpn, bytes, true)
+    }
+
+    #[inline]
+    fn poll<F: FnMut(UdPeer, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut n = 0;
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
+        while n < max {
+            let want = (max - n).min(WC_BATCH);
+            let done = self.recv_cq.poll(&mut wcs[..want]).map_err(|e| {
+                errors::os(
+                    "ibv_poll_cq (UD receives)",
+                    (self.device.as_str(), self.port),
+                    Some(self.qpn),
+                    e,
+                )
+            })?;
+            if done.is_empty() {
+                break;
+            }
+            for wc in done {
+                self.unposted += 1;
+                if wc.status != IBV_WC_SUCCESS || (wc.byte_len as usize) < GRH_LEN {
+                    self.dropped += 1;
+                    continue;
+                }
+                // SAFETY: a successful completion hands the buffer back; it
+                // is reposted only after the callback returns.
+                let buf = unsafe { self.ring.buffer(wc.wr_id, wc.byte_len) };
+                let peer = self.peer_of(wc, &buf[..GRH_LEN]);
+                f(peer, &buf[GRH_LEN..]);
+                n += 1;
+            }
+            if self.unposted >= self.batch {
+                let k = self.unposted;
+                // SAFETY: every unposted buffer's completion was handled
+                // and its callback returned.
+                unsafe { self.ring.post(&mut self.qp, k) }.map_err(|e| {
+                    errors::os(
+                        "ibv_post_recv (UD)",
+                        (self.device.as_str(), self.port),
+                        Some(self.qpn),
+                        e,
+                    )
+                })?;
+                self.unposted = 0;
+            }
+        }
+        self.received += n as u64;
+        Ok(n)
+    }
+
+    fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+impl Drop for UdLink {
+    fn drop(&mut self) {
+        // Leave while the QP is still attached; the fields then drop in
+        // declaration order (QP, handles, ring, queues, pools, PD, id,
+        // channel).
+        self.id.leave_multicast(SocketAddr::V4(self.group));
+    }
+}
