@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::config::{Config, TransportKind};
+use crate::config::{Config, StreamConfig, TransportKind};
 use crate::error::{Error, Result};
 use crate::names;
 use crate::session::{Session, SessionImpl};
@@ -12,7 +12,7 @@ use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
 use crate::transport::shm::{ShmPublisher, ShmSession, ShmSubscriber};
 use crate::transport::tcp::TcpSession;
 use crate::transport::udp;
-use crate::transport::verbs::{self, RcSession};
+use crate::transport::verbs::{self, RcSession, UdLink, UdLinkConfig};
 
 /// A configured bus. Cheap to clone; each handle it creates is owned by one
 /// thread.
@@ -83,6 +83,11 @@ impl Bus {
                 TransportKind::Udp | TransportKind::Tcp => PublisherImpl::Udp(
                     DatagramPublisher::new(name, &cfg, udp::lines(name, &cfg, true)?)?,
                 ),
+                TransportKind::Verbs => PublisherImpl::Ud(DatagramPublisher::new(
+                    name,
+                    &cfg,
+                    self.ud_lines(name, &cfg)?,
+                )?),
                 other => return Err(self.no_streams(other)),
             };
         Ok(Publisher::new(inner, name, cfg.timestamps))
@@ -100,6 +105,11 @@ impl Bus {
             TransportKind::Udp | TransportKind::Tcp => SubscriberImpl::Udp(
                 DatagramSubscriber::new(name, &cfg, udp::lines(name, &cfg, false)?)?,
             ),
+            TransportKind::Verbs => SubscriberImpl::Ud(DatagramSubscriber::new(
+                name,
+                &cfg,
+                self.ud_lines(name, &cfg)?,
+            )?),
             other => return Err(self.no_streams(other)),
         };
         Ok(Subscriber::new(inner, name, cfg.poll_batch))
@@ -140,14 +150,28 @@ impl Bus {
     }
 
     fn no_streams(&self, t: TransportKind) -> Error {
-        let reason = match t {
-            TransportKind::Verbs => "streams on verbs use the UD datagram stream, not wired in yet",
-            _ => "streams on this transport are not in this build yet",
-        };
         Error::TransportUnavailable {
             transport: t.name(),
-            reason: reason.into(),
+            reason: "it carries no streams".into(),
         }
+    }
+
+    /// The UD multicast lines (A, and B when configured) of stream `name`.
+    fn ud_lines(&self, name: &str, cfg: &StreamConfig) -> Result<Vec<UdLink>> {
+        let channel = format!("stream `{name}`");
+        let mut lines = vec![UdLink::join(
+            &channel,
+            &UdLinkConfig::from_stream(name, cfg, false)?,
+            &self.config.verbs,
+        )?];
+        if !cfg.group_b.is_empty() {
+            lines.push(UdLink::join(
+                &channel,
+                &UdLinkConfig::from_stream(name, cfg, true)?,
+                &self.config.verbs,
+            )?);
+        }
+        Ok(lines)
     }
 
     fn session(&self, inner: SessionImpl, name: &str) -> Session {

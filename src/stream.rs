@@ -34,6 +34,7 @@ use crate::message::Event;
 use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
 use crate::transport::shm::{ShmPublisher, ShmSubscriber};
 use crate::transport::udp::UdpLink;
+use crate::transport::verbs::UdLink;
 use crate::transport::{StreamReceive, StreamSend};
 use crate::wire::FLAG_TIMESTAMP;
 
@@ -45,6 +46,7 @@ use crate::wire::FLAG_TIMESTAMP;
 pub(crate) enum PublisherImpl {
     Shm(ShmPublisher),
     Udp(DatagramPublisher<UdpLink>),
+    Ud(DatagramPublisher<UdLink>),
 }
 
 /// The transport a subscriber runs on.
@@ -55,6 +57,7 @@ pub(crate) enum PublisherImpl {
 pub(crate) enum SubscriberImpl {
     Shm(ShmSubscriber),
     Udp(DatagramSubscriber<UdpLink>),
+    Ud(DatagramSubscriber<UdLink>),
 }
 
 macro_rules! with_pub {
@@ -62,6 +65,7 @@ macro_rules! with_pub {
         match $self {
             PublisherImpl::Shm($t) => $body,
             PublisherImpl::Udp($t) => $body,
+            PublisherImpl::Ud($t) => $body,
         }
     };
 }
@@ -112,6 +116,7 @@ impl Publisher {
         match &self.inner {
             PublisherImpl::Shm(_) => None,
             PublisherImpl::Udp(t) => Some(t.counters()),
+            PublisherImpl::Ud(t) => Some(t.counters()),
         }
     }
 
@@ -280,6 +285,7 @@ impl Subscriber {
         match &self.inner {
             SubscriberImpl::Shm(_) => None,
             SubscriberImpl::Udp(t) => Some(t.counters()),
+            SubscriberImpl::Ud(t) => Some(t.counters()),
         }
     }
 
@@ -308,6 +314,7 @@ impl Subscriber {
         match &mut self.inner {
             SubscriberImpl::Shm(t) => t.poll(self.batch, &mut counted),
             SubscriberImpl::Udp(t) => t.poll(self.batch, &mut counted),
+            SubscriberImpl::Ud(t) => t.poll(self.batch, &mut counted),
         }
     }
 }

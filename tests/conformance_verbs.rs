@@ -1,31 +1,49 @@
-//! The session half of the conformance suite on RDMA verbs (RC queue pairs
-//! through rdma_cm), with real processes for the multi-process cases.
-//! Streams on verbs run over the UD datagram link, tested on its own in
-//! tests/verbs_ud.rs until the stream driver carries it.
+//! The whole conformance suite on RDMA verbs: sessions on RC queue pairs
+//! through rdma_cm, streams on UD multicast with loss recovery, with real
+//! processes for the multi-process cases. Publishers send on the first
+//! device (rxe0 in the lane), subscribers receive on the second (rxe1), as
+//! on two hosts.
 //!
 //! Needs an active RDMA port: run inside the Soft-RoCE lane
-//! (`scripts/rdma-lane -- scripts/rdma-guest/verbs-tests`). Elsewhere each
+//! (`scripts/guest-tests`). Elsewhere each
 //! test prints `SKIPPED: no RDMA device` and passes.
 
 mod conformance;
 mod verbs_support;
 
-/// Sessions on the first device's address, each on its own port.
+/// Sessions on the first device's address, each on its own port; each
+/// stream on its own group.
 struct Verbs;
 
 impl conformance::Fixture for Verbs {
     fn config_toml(&self, extra: &str) -> String {
-        let address = format!(
-            "address = \"{}:{}\"",
+        let session = format!(
+            "address = \"{}:{}\"\n",
             verbs_support::addr_a(),
             verbs_support::unique_port()
         );
-        let extra = if extra.contains("[sessions.o]") {
-            extra.replace("[sessions.o]", &format!("[sessions.o]\n{address}"))
-        } else {
-            format!("{extra}\n[sessions.o]\n{address}\n")
-        };
+        let stream = format!(
+            "group = \"{}\"\ninterface = \"{}\"\n\
+             heartbeat_interval = \"20ms\"\nheartbeat_timeout = \"500ms\"\n",
+            verbs_support::unique_group(),
+            verbs_support::addr_a()
+        );
+        let mut extra = extra.to_string();
+        for (table, fields) in [("[streams.s]", &stream), ("[sessions.o]", &session)] {
+            if extra.contains(table) {
+                extra = extra.replace(table, &format!("{table}\n{fields}"));
+            } else {
+                extra.push_str(&format!("\n{table}\n{fields}"));
+            }
+        }
         format!("transport = \"verbs\"\n{extra}")
+    }
+
+    fn subscriber_toml(&self, publisher_toml: &str) -> String {
+        publisher_toml.replace(
+            &format!("interface = \"{}\"", verbs_support::addr_a()),
+            &format!("interface = \"{}\"", verbs_support::addr_b()),
+        )
     }
 }
 
@@ -34,7 +52,7 @@ fn fixture() -> Option<Verbs> {
     verbs_support::rdma_or_skip("conformance_verbs").then_some(Verbs)
 }
 
-conformance_session_suite!(match fixture() {
+conformance_suite!(match fixture() {
     Some(f) => f,
     None => return,
 });

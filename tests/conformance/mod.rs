@@ -20,6 +20,13 @@ pub trait Fixture {
     /// with `extra` TOML appended (stream and session tables).
     fn config_toml(&self, extra: &str) -> String;
 
+    /// The configuration subscribers use, given the publisher's: the same by
+    /// default; another device's address where a transport does not loop
+    /// multicast back to the sending device.
+    fn subscriber_toml(&self, publisher_toml: &str) -> String {
+        publisher_toml.to_string()
+    }
+
     /// Whether a publisher that runs ahead overwrites a ring that slow
     /// subscribers read (shared memory), so overruns are certain, rather
     /// than queueing in the network.
@@ -346,9 +353,9 @@ macro_rules! conformance_session_tests {
 // ---- the contract ----------------------------------------------------------
 
 pub fn stream_delivers_in_order_without_loss(f: &impl Fixture) {
-    let bus = bus(&f.config_toml("[streams.s]\nmax_message = 100\ncapacity = 1024\n"));
-    let mut p = bus.publisher("s").unwrap();
-    let mut s = bus.subscriber("s").unwrap();
+    let toml = f.config_toml("[streams.s]\nmax_message = 100\ncapacity = 1024\n");
+    let mut p = bus(&toml).publisher("s").unwrap();
+    let mut s = bus(&f.subscriber_toml(&toml)).subscriber("s").unwrap();
     let total = 100_000u64;
     let (mut next, mut bytes) = (1u64, 0usize);
     let mut sent = 0u64;
@@ -393,9 +400,9 @@ pub fn stream_delivers_in_order_without_loss(f: &impl Fixture) {
 }
 
 pub fn stream_reports_overrun_and_covers_every_sequence(f: &impl Fixture) {
-    let bus = bus(&f.config_toml("[streams.s]\nmax_message = 16\ncapacity = 64\n"));
-    let mut p = bus.publisher("s").unwrap();
-    let mut s = bus.subscriber("s").unwrap();
+    let toml = f.config_toml("[streams.s]\nmax_message = 16\ncapacity = 64\n");
+    let mut p = bus(&toml).publisher("s").unwrap();
+    let mut s = bus(&f.subscriber_toml(&toml)).subscriber("s").unwrap();
     for seq in 1..=1000u64 {
         p.publish(&payload(seq, 16)).unwrap();
     }
@@ -437,19 +444,17 @@ pub fn stream_reports_overrun_and_covers_every_sequence(f: &impl Fixture) {
 }
 
 pub fn stream_late_join_policies(f: &impl Fixture) {
-    let bus_next = bus(&f.config_toml("[streams.s]\ncapacity = 16\nlate_join = \"next\"\n"));
-    let mut p = bus_next.publisher("s").unwrap();
+    let toml = f.config_toml("[streams.s]\ncapacity = 16\nlate_join = \"next\"\n");
+    let mut p = bus(&toml).publisher("s").unwrap();
     for seq in 1..=5 {
         p.publish(&payload(seq, 8)).unwrap();
     }
     p.flush().unwrap();
-    let mut next_sub = bus_next.subscriber("s").unwrap();
-    let oldest_cfg = {
-        let mut c = bus_next.config().clone();
-        c.streams.get_mut("s").unwrap().late_join = mdbus::config::LateJoin::Oldest;
-        c
-    };
-    let mut oldest_sub = Bus::new(oldest_cfg).unwrap().subscriber("s").unwrap();
+    let sub_toml = f.subscriber_toml(&toml);
+    let mut next_sub = bus(&sub_toml).subscriber("s").unwrap();
+    let mut oldest_sub = bus(&sub_toml.replace("late_join = \"next\"", "late_join = \"oldest\""))
+        .subscriber("s")
+        .unwrap();
     p.publish(&payload(6, 8)).unwrap();
     p.flush().unwrap();
     let mut seqs = |s: &mut mdbus::Subscriber, want: usize| {
@@ -479,7 +484,7 @@ pub fn stream_reaches_subscribers_in_several_processes(f: &impl Fixture) {
     let total = 50_000u64;
     let mut p = bus.publisher("s").unwrap();
     let mut peers: Vec<Peer> = (0..3)
-        .map(|_| Peer::spawn("stream-sub", &toml, total))
+        .map(|_| Peer::spawn("stream-sub", &f.subscriber_toml(&toml), total))
         .collect();
     for peer in &mut peers {
         assert_eq!(peer.line(), "ready");
@@ -516,7 +521,9 @@ pub fn stream_reports_dead_publisher_and_its_restart(f: &impl Fixture) {
     let bus = bus(&toml);
     let mut dying = Peer::spawn("stream-pub-die", &toml, 10);
     assert_eq!(dying.line(), "created");
-    let mut s = bus.subscriber("s").unwrap();
+    let mut s = self::bus(&f.subscriber_toml(&toml))
+        .subscriber("s")
+        .unwrap();
     dying.say("go");
     assert_eq!(dying.line(), "published");
     dying.wait();

@@ -35,8 +35,9 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Why namespaces cannot be used here, if they cannot.
-    pub fn available() -> Result<(), String> {
+    /// Why namespaces (and, with `netem`, tc netem) cannot be used here,
+    /// if they cannot.
+    pub fn available(netem: bool) -> Result<(), String> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err("network namespaces need root".into());
@@ -46,9 +47,37 @@ impl Topology {
             _ => return Err("iproute2 (`ip`) is not installed".into()),
         }
         match Command::new("tc").arg("-V").output() {
-            Ok(o) if o.status.success() => Ok(()),
-            _ => Err("`tc` is not installed".into()),
+            Ok(o) if o.status.success() => {}
+            _ => return Err("`tc` is not installed".into()),
         }
+        // The kernel must have veth, bridges and netem: try them in a
+        // scratch namespace.
+        let ns = format!("mdbprobe{}", std::process::id());
+        let ok = |args: &[&str]| {
+            Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let result = if !ok(&["ip", "netns", "add", &ns]) {
+            Err("cannot create a network namespace".to_string())
+        } else if !ok(&[
+            "ip", "-n", &ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ]) {
+            Err("the kernel has no veth support".into())
+        } else if !ok(&["ip", "-n", &ns, "link", "add", "b0", "type", "bridge"]) {
+            Err("the kernel has no bridge support".into())
+        } else if netem
+            && !ok(&[
+                "tc", "-n", &ns, "qdisc", "add", "dev", "v0", "root", "netem", "loss", "1%",
+            ])
+        {
+            Err("the kernel has no netem (CONFIG_NET_SCH_NETEM); the RDMA lane's guest kernel has it".into())
+        } else {
+            Ok(())
+        };
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        result
     }
 
     /// `hosts` hosts, each on `lines` (1 or 2) networks. Host `h` has
@@ -69,7 +98,18 @@ impl Topology {
             let br = format!("br{l}");
             run(&["ip", "-n", &sw, "link", "add", &br, "type", "bridge"]);
             // Flood multicast: no IGMP querier runs on these switches.
-            run(&["ip", "-n", &sw, "link", "set", &br, "type", "bridge", "mcast_snooping", "0"]);
+            run(&[
+                "ip",
+                "-n",
+                &sw,
+                "link",
+                "set",
+                &br,
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+            ]);
             run(&["ip", "-n", &sw, "link", "set", &br, "up"]);
         }
         for (h, ns) in t.hosts.iter().enumerate() {
@@ -82,14 +122,32 @@ impl Topology {
                     "ip", "-n", ns, "link", "add", &ifname, "type", "veth", "peer", "name", &peer,
                     "netns", &sw,
                 ]);
-                run(&["ip", "-n", &sw, "link", "set", &peer, "master", &format!("br{l}")]);
+                run(&[
+                    "ip",
+                    "-n",
+                    &sw,
+                    "link",
+                    "set",
+                    &peer,
+                    "master",
+                    &format!("br{l}"),
+                ]);
                 run(&["ip", "-n", &sw, "link", "set", &peer, "up"]);
                 let addr = format!("{}/24", t.addr(h, l));
                 run(&["ip", "-n", ns, "addr", "add", &addr, "dev", &ifname]);
                 run(&["ip", "-n", ns, "link", "set", &ifname, "up"]);
             }
             // Multicast leaves through line A unless a socket says otherwise.
-            run(&["ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", &t.ifname(0)]);
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "route",
+                "add",
+                "224.0.0.0/4",
+                "dev",
+                &t.ifname(0),
+            ]);
         }
         t
     }
@@ -100,7 +158,10 @@ impl Topology {
 
     fn subnet(&self) -> u8 {
         // Third octet from the tag's hash: distinct per topology in a run.
-        let h = self.tag.bytes().fold(7u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
+        let h = self
+            .tag
+            .bytes()
+            .fold(7u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32));
         (h % 250) as u8 + 1
     }
 
@@ -132,7 +193,9 @@ impl Topology {
     pub fn netem_ingress(&self, h: usize, l: usize, spec: &str) {
         let sw = self.switch();
         let port = format!("p{h}l{l}");
-        let mut args = vec!["tc", "-n", &sw, "qdisc", "replace", "dev", &port, "root", "netem"];
+        let mut args = vec![
+            "tc", "-n", &sw, "qdisc", "replace", "dev", &port, "root", "netem",
+        ];
         args.extend(spec.split_whitespace());
         run(&args);
     }
