@@ -194,8 +194,8 @@ impl Default for StreamConfig {
             max_datagram: 1472,
             heartbeat_interval: Duration::from_millis(100),
             heartbeat_timeout: Duration::from_secs(1),
-            retransmit_timeout: Duration::from_millis(5),
-            retransmit_retries: 5,
+            retransmit_timeout: Duration::from_millis(10),
+            retransmit_retries: 10,
             autoflush: true,
         }
     }

@@ -14,6 +14,8 @@ use std::io::{self, BufRead, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -202,6 +204,71 @@ pub fn wait_for_go() -> Result<()> {
     }
 }
 
+/// For a child past [`wait_for_go`]: learns, from a thread reading stdin,
+/// when the parent calls [`Peer::done`] (or goes away), while the child
+/// keeps working (a stream publisher answering retransmit requests).
+pub struct DoneSignal(Arc<AtomicBool>);
+
+impl DoneSignal {
+    /// Starts listening.
+    pub fn listen() -> DoneSignal {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = Arc::clone(&flag);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            // `done`, end of file or an error: the parent needs nothing
+            // more either way.
+            while io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line.trim() == "done" {
+                    break;
+                }
+                line.clear();
+            }
+            // Relaxed: the flag hands over no data, only "stop".
+            set.store(true, Ordering::Relaxed);
+        });
+        DoneSignal(flag)
+    }
+
+    /// Whether the parent said `done`.
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        // Relaxed: pairs with the store above; no data depends on it.
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A port nothing on the loopback uses right now (UDP or TCP), for a case
+/// that needs one: runs side by side then never share a port.
+pub fn free_port(udp: bool) -> Result<u16> {
+    let any = (std::net::Ipv4Addr::LOCALHOST, 0);
+    let addr = if udp {
+        std::net::UdpSocket::bind(any)?.local_addr()?
+    } else {
+        std::net::TcpListener::bind(any)?.local_addr()?
+    };
+    Ok(addr.port())
+}
+
+/// Prints `lines` (JSON objects) on stdout, and appends them to the file
+/// named by `MDBUS_BENCH_JSON` when set.
+pub fn emit_json(lines: &[String]) -> Result<()> {
+    for line in lines {
+        println!("{line}");
+    }
+    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
+        for line in lines {
+            writeln!(file, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
 /// A child process running one role of a benchmark.
 pub struct Peer {
     child: Child,
@@ -215,9 +282,21 @@ impl Peer {
     /// `settings`, with the same counts, and `region` (if any) inherited.
     /// The child's stdout is captured for its report.
     pub fn spawn(role: &str, settings: &Settings, region: Option<&SharedRegion>) -> Result<Peer> {
+        Self::spawn_env(role, settings, region, &[])
+    }
+
+    /// As [`spawn`](Peer::spawn), with extra environment variables (the
+    /// port, size or counts of one case).
+    pub fn spawn_env(
+        role: &str,
+        settings: &Settings,
+        region: Option<&SharedRegion>,
+        env: &[(&str, String)],
+    ) -> Result<Peer> {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
-        cmd.env(ROLE_ENV, role)
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env(ROLE_ENV, role)
             .env(CORE_ENV, settings.cores.1.to_string())
             .env("MDBUS_BENCH_ITERS", settings.iters.to_string())
             .env("MDBUS_BENCH_WARMUP", settings.warmup.to_string())
@@ -250,6 +329,18 @@ impl Peer {
             .ok_or_else(|| bench_err!("the {} process was already told to go", self.role))?;
         stdin
             .write_all(b"go\n")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| bench_err!("the {} process is gone: {e}", self.role))
+    }
+
+    /// Tells a child watching a [`DoneSignal`] that this side is done.
+    pub fn done(&mut self) -> Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| bench_err!("the {} process was already told to stop", self.role))?;
+        stdin
+            .write_all(b"done\n")
             .and_then(|()| stdin.flush())
             .map_err(|e| bench_err!("the {} process is gone: {e}", self.role))
     }

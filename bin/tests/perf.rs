@@ -1,5 +1,7 @@
 //! mdbus-perf as a user runs it: the built binary, real processes, shared
-//! memory. Counts are small; nothing here asserts on speed.
+//! memory, UDP multicast and TCP on the loopback, and (as root) two network
+//! namespaces with injected loss. Counts are small; nothing here asserts on
+//! speed.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -317,8 +319,8 @@ fn throughput_table_names_the_columns() {
 
 #[test]
 fn transports_not_in_this_build_are_refused_in_one_line() {
-    for command in ["pingpong", "throughput"] {
-        for transport in ["udp", "tcp", "verbs", "auto"] {
+    for command in ["pingpong", "throughput", "mcast"] {
+        for transport in ["verbs", "auto"] {
             let out = perf(&[command, "--transport", transport, "--json"]);
             assert_eq!(out.status.code(), Some(2), "{command} {transport}");
             assert!(
@@ -498,4 +500,391 @@ fn subscriber_reports_a_publisher_that_dies() {
     assert!(out.stdout.is_empty(), "no report from a failed run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("publisher went down"), "{stderr}");
+}
+
+// ------------------------------------------------ the IP transport ----
+
+#[test]
+fn pingpong_over_a_tcp_session() {
+    let out = measure(&[
+        "pingpong",
+        "--transport",
+        "tcp",
+        "--iters",
+        "2000",
+        "--warmup",
+        "100",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "tcp");
+    assert_eq!(v["channel"], "session");
+    assert_eq!(u(&v, &["size"]), 32);
+    assert_eq!(u(&v, &["iters"]), 2000);
+    assert_ordered_percentiles(&v);
+}
+
+#[test]
+fn pingpong_over_two_udp_streams() {
+    let out = measure(&[
+        "pingpong",
+        "--transport",
+        "udp",
+        "--size",
+        "100",
+        "--iters",
+        "2000",
+        "--warmup",
+        "100",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "udp");
+    assert_eq!(v["channel"], "stream");
+    assert_eq!(u(&v, &["size"]), 100);
+    assert_eq!(u(&v, &["iters"]), 2000);
+    assert_ordered_percentiles(&v);
+}
+
+#[test]
+fn throughput_over_udp_accounts_for_every_message() {
+    // As fast as possible: the subscriber's socket may overflow, and what
+    // cannot be fetched again is reported lost; every message is one or
+    // the other.
+    let out = measure(&[
+        "throughput",
+        "--transport",
+        "udp",
+        "--count",
+        "20000",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "udp");
+    assert_eq!(v["channel"], "stream");
+    assert_eq!(u(&v, &["sent"]), 20000);
+    assert_eq!(u(&v, &["before_join"]), 0, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 20000, "{v}");
+}
+
+#[test]
+fn throughput_over_udp_packed_datagrams() {
+    let out = measure(&[
+        "throughput",
+        "--transport",
+        "udp",
+        "--count",
+        "20000",
+        "--batch",
+        "16",
+        "--rate",
+        "200000",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 20000);
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 20000, "{v}");
+}
+
+#[test]
+fn throughput_over_a_tcp_session_loses_nothing() {
+    let out = measure(&[
+        "throughput",
+        "--transport",
+        "tcp",
+        "--count",
+        "50000",
+        "--capacity",
+        "256",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "tcp");
+    assert_eq!(v["channel"], "session");
+    assert_eq!(u(&v, &["sent"]), 50000);
+    assert_eq!(u(&v, &["received"]), 50000);
+    assert_eq!(u(&v, &["lost"]), 0);
+    assert!(v["msgs_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+}
+
+/// A channel name and a configuration giving its stream a recovery budget
+/// (and a publisher silence limit) far beyond the defaults, so that a run
+/// whose processes the scheduler sets aside for a while on a busy machine
+/// still gets back every message it missed.
+struct Patient {
+    name: String,
+    dir: PathBuf,
+    config: String,
+}
+
+impl Patient {
+    fn new(test: &str) -> Patient {
+        let name = format!("t-{test}-{}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("mdbus-perf-{name}"));
+        std::fs::create_dir_all(&dir).expect("create config directory");
+        let config = dir.join("bus.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[streams.{name}]\nretransmit_timeout = \"20ms\"\nretransmit_retries = 100\n\
+                 heartbeat_timeout = \"30s\"\n"
+            ),
+        )
+        .expect("write config");
+        Patient {
+            name,
+            dir,
+            config: config.display().to_string(),
+        }
+    }
+}
+
+impl Drop for Patient {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn assert_ordered_latency(v: &Value) {
+    let p: Vec<u64> = ["p50", "p90", "p99", "p999", "max"]
+        .iter()
+        .map(|k| u(v, &["latency_ns", k]))
+        .collect();
+    assert!(p[0] > 0, "{v}");
+    assert!(p.windows(2).all(|w| w[0] <= w[1]), "out of order: {v}");
+}
+
+#[test]
+fn mcast_on_the_loopback_loses_nothing() {
+    // Paced gently enough that even a subscriber descheduled for tens of
+    // milliseconds gets anything its socket dropped again from the
+    // publisher's window.
+    let p = Patient::new("mcast-lo");
+    let out = measure(&[
+        "mcast", "--count", "5000", "--rate", "10000", "--size", "48", "--name", &p.name,
+        "--config", &p.config, "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["transport"], "udp");
+    assert_eq!(u(&v, &["size"]), 48);
+    assert_eq!(u(&v, &["sent"]), 5000);
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 5000, "{v}");
+    assert_eq!(u(&v, &["lost"]), 0, "{v}");
+    assert_eq!(u(&v, &["received"]), 5000, "{v}");
+    assert!(v["loss"].is_null(), "{v}");
+    assert_ordered_latency(&v);
+}
+
+#[test]
+fn mcast_table_names_the_columns() {
+    let out = measure(&["mcast", "--count", "500", "--rate", "10000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "transport udp",
+        "sent",
+        "received",
+        "lost",
+        "recovered",
+        "one-way ns",
+        "p99.9",
+    ] {
+        assert!(text.contains(word), "{word:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn mcast_takes_multicast_transports_only() {
+    for transport in ["shm", "tcp"] {
+        let out = perf(&["mcast", "--transport", transport, "--count", "1"]);
+        assert_eq!(out.status.code(), Some(2), "{transport}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("--transport udp"), "{stderr}");
+    }
+}
+
+#[test]
+fn ip_transport_and_channel_must_agree() {
+    for (transport, channel) in [("udp", "session"), ("tcp", "stream")] {
+        let out = perf(&[
+            "pingpong",
+            "--transport",
+            transport,
+            "--channel",
+            channel,
+            "--iters",
+            "1",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{transport} {channel}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    let out = perf(&["mcast", "--group", "10.0.0.1:5000"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("multicast"));
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn skip(test: &str, why: &str) {
+    eprintln!();
+    eprintln!("!!!!!!!! SKIPPED {test}: {why} !!!!!!!!");
+    eprintln!();
+}
+
+/// Namespaces whose names carry `pid`, as mdbus-perf names them.
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("mdbp{pid}");
+    std::fs::read_dir("/var/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.strip_prefix(&prefix)
+                        .is_some_and(|rest| matches!(rest, "h0" | "h1" | "sw"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn mcast_recovers_what_a_lossy_network_drops() {
+    const TEST: &str = "mcast_recovers_what_a_lossy_network_drops";
+    if !is_root() {
+        skip(TEST, "--loss needs root for network namespaces");
+        return;
+    }
+    // A window (and pace) large enough that every dropped message is
+    // still retained when the subscriber asks for it again. The pace of
+    // the netns tests (MDBUS_NET_PACE, lower on the emulated CPUs of the
+    // RDMA lane's guest) keeps the subscriber from falling behind.
+    let pace = std::env::var("MDBUS_NET_PACE").unwrap_or_else(|_| "20000".into());
+    let p = Patient::new("mcast-loss");
+    let child = Command::new(PERF)
+        .args([
+            "mcast",
+            "--count",
+            "10000",
+            "--rate",
+            &pace,
+            "--capacity",
+            "65536",
+            "--loss",
+            "5",
+            "--name",
+            &p.name,
+            "--config",
+            &p.config,
+            "--json",
+        ])
+        .args(SHARED_MACHINE)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mdbus-perf");
+    let pid = child.id();
+    let out = wait_or_fail(child, None, "mcast --loss");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(2) && stderr.contains("cannot inject loss") {
+        skip(TEST, stderr.trim());
+        return;
+    }
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 10000);
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 10000, "{v}");
+    assert!(u(&v, &["loss", "dropped"]) > 0, "nothing was dropped: {v}");
+    assert!(u(&v, &["recovered"]) > 0, "nothing was recovered: {v}");
+    assert_eq!(u(&v, &["lost"]), 0, "{v}");
+    assert_eq!(u(&v, &["received"]), 10000, "{v}");
+    assert!(
+        ["netem", "nftables"].contains(&v["loss"]["by"].as_str().unwrap_or("")),
+        "{v}"
+    );
+    assert_eq!(v["loss"]["pct"].as_f64(), Some(5.0), "{v}");
+    assert_ordered_latency(&v);
+    assert_eq!(namespaces_of(pid), Vec::<String>::new(), "left behind");
+}
+
+#[test]
+fn mcast_loss_without_root_says_so() {
+    if is_root() {
+        skip(
+            "mcast_loss_without_root_says_so",
+            "running as root, where --loss is allowed",
+        );
+        return;
+    }
+    let out = perf(&["mcast", "--count", "10", "--loss", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("needs root"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn udp_sides_started_by_hand_meet_on_the_given_group() {
+    // The subscriber starts first and says so; the publisher lingers for
+    // requests, then closes, which ends the subscriber's run.
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let group = format!("239.255.78.1:{port}");
+    let name = format!("t-hand-{}", std::process::id());
+    let (sub, sub_stderr) = start_until(
+        &[
+            "mcast",
+            "--role",
+            "sub",
+            "--group",
+            &group,
+            "--name",
+            &name,
+            "--count",
+            "2000",
+            "--cores",
+            "0",
+            "--json",
+            "--wait",
+            "yield",
+            "--timeout",
+            "120",
+        ],
+        "joined",
+    );
+    let publisher = perf(&[
+        "mcast",
+        "--role",
+        "pub",
+        "--group",
+        &group,
+        "--name",
+        &name,
+        "--count",
+        "2000",
+        "--rate",
+        "20000",
+        "--cores",
+        "1",
+        "--linger",
+        "1",
+        "--wait",
+        "yield",
+        "--timeout",
+        "120",
+    ]);
+    assert!(
+        publisher.status.success(),
+        "{}",
+        String::from_utf8_lossy(&publisher.stderr)
+    );
+    let out = wait_or_fail(sub, Some(sub_stderr), "mcast --role sub");
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 2000, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 2000, "{v}");
 }

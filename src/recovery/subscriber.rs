@@ -71,8 +71,8 @@ impl Line {
 }
 
 /// Settings of a [`SubscriberCore`]. Memory: about `reorder_window` times
-/// `max_datagram` bytes, plus `reassembly_buffers` times `max_message`,
-/// all allocated at construction.
+/// the smaller of `max_message` and `max_datagram` bytes, plus
+/// `reassembly_buffers` times `max_message`, all allocated at construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriberConfig {
     /// The stream to follow; datagrams of others are dropped.
@@ -248,9 +248,11 @@ impl SubscriberCore {
             request_timeout_ns: ns(cfg.request_timeout),
             max_retries: cfg.max_retries,
             publisher_timeout_ns: ns(cfg.publisher_timeout),
+            // A slot holds an unfragmented message, and decoding refuses
+            // any longer than max_message.
             window: ReorderWindow::new(
                 cfg.reorder_window,
-                Packer::max_unfragmented(cfg.max_datagram),
+                Packer::max_unfragmented(cfg.max_datagram).min(cfg.max_message),
             ),
             reassembly: Reassembler::new(cfg.reassembly_buffers, cfg.max_message),
             counters: Counters::default(),

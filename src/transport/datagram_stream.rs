@@ -30,6 +30,17 @@ pub fn stream_id(name: &str) -> u32 {
     h
 }
 
+/// Sequences a subscriber can hold out of order while it recovers a loss:
+/// the publisher's retained window, within 32 MiB of slots (a slot holds
+/// one message, up to the stream's `max_message`).
+fn reorder_window(cfg: &StreamConfig) -> usize {
+    let slot = (cfg.max_message + 64).min(cfg.max_datagram);
+    let fit = ((32usize << 20) / slot).max(2);
+    // Largest power of two within both bounds.
+    let cap = cfg.capacity.min(fit).max(2);
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
 /// Requests and replies are small; this bounds the copy of one.
 const CONTROL_MAX: usize = 64;
 /// Retransmit requests handled per `service` call, so a storm of them
@@ -246,7 +257,7 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
         let sc = SubscriberConfig {
             max_message: cfg.max_message,
             max_datagram: cfg.max_datagram,
-            reorder_window: cfg.capacity.clamp(2, 4096),
+            reorder_window: reorder_window(cfg),
             late_join: cfg.late_join,
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
@@ -434,6 +445,109 @@ mod tests {
         let c = s.counters();
         assert_eq!(next - 1, total, "{c:?}");
         assert!(net.lock().unwrap().dropped > 0);
+        assert!(c.recovered > 0, "{c:?}");
+    }
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::*;
+    use crate::transport::udp::{LineAddr, UdpLink};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    /// A UDP line that loses every `every`-th datagram it receives.
+    struct Lossy {
+        inner: UdpLink,
+        every: u64,
+        seen: u64,
+        lost: u64,
+    }
+
+    impl DatagramLink for Lossy {
+        type Peer = SocketAddrV4;
+        fn max_datagram(&self) -> usize {
+            self.inner.max_datagram()
+        }
+        fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
+            self.inner.send_group(bytes)
+        }
+        fn send_to(&mut self, peer: SocketAddrV4, bytes: &[u8]) -> Result<()> {
+            self.inner.send_to(peer, bytes)
+        }
+        fn poll<F: FnMut(SocketAddrV4, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+            let (seen, every, lost) = (&mut self.seen, self.every, &mut self.lost);
+            self.inner.poll(max, &mut |peer, b: &[u8]| {
+                *seen += 1;
+                if *seen % every == 0 {
+                    *lost += 1;
+                } else {
+                    f(peer, b)
+                }
+            })
+        }
+        fn dropped(&self) -> u64 {
+            self.inner.dropped()
+        }
+    }
+
+    #[test]
+    fn loss_on_a_real_udp_line_is_recovered() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 43, 9),
+                21_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+        };
+        let cfg = StreamConfig {
+            max_message: 32,
+            autoflush: false,
+            retransmit_timeout: std::time::Duration::from_millis(2),
+            ..StreamConfig::default()
+        };
+        let mut p = DatagramPublisher::new(
+            "t",
+            &cfg,
+            vec![UdpLink::publisher("t", &line, 1472).unwrap()],
+        )
+        .unwrap();
+        let sub_link = Lossy {
+            inner: UdpLink::subscriber("t", &line, 1472).unwrap(),
+            every: 13,
+            seen: 0,
+            lost: 0,
+        };
+        let mut s = DatagramSubscriber::new("t", &cfg, vec![sub_link]).unwrap();
+        let total = 100_000u64;
+        let (mut next, mut seq) = (1u64, 0u64);
+        for _ in 0..100_000_000u64 {
+            for _ in 0..20 {
+                if seq < total {
+                    seq += 1;
+                    let b = p.claim(8).unwrap();
+                    b.copy_from_slice(&seq.to_le_bytes());
+                    p.commit(8, 0, 0).unwrap();
+                }
+            }
+            p.flush().unwrap();
+            p.service().unwrap();
+            s.poll(256, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), next);
+                    next += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+            if next > total {
+                break;
+            }
+        }
+        let c = s.counters();
+        assert_eq!(next - 1, total, "{c:?} {:?}", p.counters());
+        assert!(s.lines[0].lost > 0);
         assert!(c.recovered > 0, "{c:?}");
     }
 }

@@ -1,7 +1,9 @@
 //! Options and plumbing both commands share.
 
 use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mdbus::affinity::{self, Device, Placement};
@@ -11,10 +13,10 @@ use mdbus::TransportKind;
 /// Options of every command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// Transport to measure. This build measures `shm` (shared memory
-    /// between processes on one host); `udp`, `tcp`, `verbs` and `auto` are
-    /// reserved for the network transports and are refused until they are
-    /// built in.
+    /// Transport to measure: `shm` (shared memory between processes on one
+    /// host), `udp` (streams on UDP multicast, with loss recovery) or `tcp`
+    /// (sessions on TCP). `verbs` and `auto` are refused: this build does
+    /// not measure them.
     #[arg(long, default_value = "shm", value_parser = crate::transport::parse)]
     pub transport: TransportKind,
 
@@ -43,9 +45,13 @@ pub struct Common {
     #[arg(long, default_value = "busy-spin", value_name = "STRATEGY")]
     pub wait: WaitStrategy,
 
-    /// mdbus configuration file (TOML), for the shared-memory settings
-    /// (directory, prefix, huge pages, mlock). The transport and channel
-    /// settings of this run override its own.
+    /// mdbus configuration file (TOML): the shared-memory settings
+    /// (directory, prefix, huge pages, mlock), and the entry of this run's
+    /// channel (`[streams.NAME]` or `[sessions.NAME]`: give --name) for
+    /// what the run does not set itself, such as the group, interface,
+    /// address, heartbeat and retransmit timing. The transport, sizes and
+    /// capacity of the run, and --group, --interface and --address,
+    /// override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -55,6 +61,26 @@ pub struct Common {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
 
+    /// udp: multicast group and port of the stream, as 239.1.1.1:5000 (a
+    /// ping-pong's second stream uses the next port). Default: the
+    /// stream's `group` in --config, else 239.255.77.1 with a free port
+    /// when this process starts its peer, port 47100 with --role.
+    #[arg(long, value_name = "GROUP:PORT", value_parser = crate::ip::parse_group)]
+    pub group: Option<SocketAddrV4>,
+
+    /// udp: local IPv4 address of the interface that sends and joins the
+    /// group. Default: the stream's `interface` in --config, else
+    /// 127.0.0.1 (loopback, multicast time-to-live 0: the host only).
+    #[arg(long, value_name = "ADDR")]
+    pub interface: Option<Ipv4Addr>,
+
+    /// tcp: address the session's acceptor listens on and the other side
+    /// connects to, as 10.0.0.1:7000. Default: the session's `address` in
+    /// --config, else 127.0.0.1 with a free port when this process starts
+    /// its peer, 127.0.0.1:47100 with --role.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub address: Option<SocketAddr>,
+
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -63,6 +89,11 @@ pub struct Common {
     /// and (throughput) start publishing when it says so on stdin.
     #[arg(long, hide = true)]
     pub spawned: bool,
+
+    /// Set on a peer started by another mdbus-perf: the port the parent
+    /// chose for the default group and address.
+    #[arg(long, hide = true)]
+    pub default_port: Option<u16>,
 }
 
 impl Common {
@@ -81,7 +112,9 @@ impl Common {
     /// Adds the option to change to an error from waiting for the peer.
     pub fn peer_wait(&self, e: mdbus::Error) -> Failure {
         match e {
-            mdbus::Error::NotFound { .. } | mdbus::Error::Timeout { .. } => Failure::Run(format!(
+            mdbus::Error::NotFound { .. }
+            | mdbus::Error::Timeout { .. }
+            | mdbus::Error::NoPeer { .. } => Failure::Run(format!(
                 "{e} (mdbus-perf waits --timeout {} s for its peer)",
                 self.timeout
             )),
@@ -286,6 +319,7 @@ impl<'a> Watchdog<'a> {
 
     #[cold]
     fn check(&mut self) -> Result<(), Failure> {
+        interrupted()?;
         if let Some(peer) = &mut self.peer {
             peer.check_alive()?;
         }
@@ -299,6 +333,45 @@ impl<'a> Watchdog<'a> {
                 self.what
             )));
         }
+        Ok(())
+    }
+}
+
+/// Set by the SIGINT/SIGTERM handler that [`catch_interrupts`] installs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe. Relaxed: the flag carries no
+    // data, and the loops that read it only need to see it eventually.
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Turns Ctrl-C and SIGTERM into an error from the next [`Watchdog`] check
+/// or [`interrupted`] call, so the run unwinds and cleans up what it set
+/// up (network namespaces) instead of dying on the spot.
+pub fn catch_interrupts() -> Result<(), Failure> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_interrupt` is an `extern "C" fn(c_int)` that only
+        // stores to an atomic, which is async-signal-safe; `signal` is a
+        // valid signal number.
+        let previous =
+            unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
+        if previous == libc::SIG_ERR {
+            return Err(Failure::Run(format!(
+                "cannot catch signal {signal}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Fails once Ctrl-C or SIGTERM arrived (after [`catch_interrupts`]).
+pub fn interrupted() -> Result<(), Failure> {
+    // Relaxed: see `on_interrupt`.
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        Err(Failure::Run("interrupted".into()))
+    } else {
         Ok(())
     }
 }

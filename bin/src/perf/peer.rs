@@ -3,6 +3,8 @@
 use std::io::{self, BufRead, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::common::{Common, Failure};
 
@@ -29,8 +31,30 @@ impl Peer {
         name: &str,
         core: usize,
     ) -> Result<Peer, Failure> {
+        Self::spawn_in(None, subcommand, role, args, common, name, core)
+    }
+
+    /// As [`spawn`](Peer::spawn), inside network namespace `netns` when
+    /// given (through `ip netns exec`, which runs this binary in place:
+    /// the peer is still this process's child).
+    pub fn spawn_in(
+        netns: Option<&str>,
+        subcommand: &str,
+        role: &'static str,
+        args: &[String],
+        common: &Common,
+        name: &str,
+        core: usize,
+    ) -> Result<Peer, Failure> {
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.env(PARENT_ENV, std::process::id().to_string())
             .arg(subcommand)
             .args(["--role", role, "--spawned", "--name", name])
@@ -41,6 +65,18 @@ impl Peer {
             .args(args);
         if let Some(config) = &common.config {
             cmd.arg("--config").arg(config);
+        }
+        if let Some(group) = common.group {
+            cmd.args(["--group", &group.to_string()]);
+        }
+        if let Some(interface) = common.interface {
+            cmd.args(["--interface", &interface.to_string()]);
+        }
+        if let Some(address) = common.address {
+            cmd.args(["--address", &address.to_string()]);
+        }
+        if let Some(port) = common.default_port {
+            cmd.args(["--default-port", &port.to_string()]);
         }
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -75,6 +111,24 @@ impl Peer {
             .write_all(b"go\n")
             .and_then(|()| stdin.flush())
             .map_err(|_| self.gone())
+    }
+
+    /// Tells a peer watching with [`DoneSignal`] that this side is done.
+    pub fn done(&mut self) -> Result<(), Failure> {
+        let role = self.role;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| Failure::Run(format!("the {role} process was already told to stop")))?;
+        stdin
+            .write_all(b"done\n")
+            .and_then(|()| stdin.flush())
+            .map_err(|_| self.gone())
+    }
+
+    /// Whether the peer has exited (successfully or not).
+    pub fn has_exited(&mut self) -> Result<bool, Failure> {
+        Ok(self.child.try_wait()?.is_some())
     }
 
     fn gone(&mut self) -> Failure {
@@ -156,5 +210,38 @@ pub fn wait_for_go() -> Result<(), Failure> {
         Err(Failure::Run(
             "the parent process went away before the start".into(),
         ))
+    }
+}
+
+/// For a spawned peer past [`wait_for_go`]: learns, from a thread reading
+/// stdin, when the parent says `done` (or goes away), while this process
+/// keeps working (a stream publisher answering retransmit requests).
+pub struct DoneSignal(Arc<AtomicBool>);
+
+impl DoneSignal {
+    /// Starts listening.
+    pub fn listen() -> DoneSignal {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = Arc::clone(&flag);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            // `done`, end of file or an error: the parent needs nothing
+            // more from this process either way.
+            while io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line.trim() == "done" {
+                    break;
+                }
+                line.clear();
+            }
+            // Relaxed: the flag hands over no data, only "stop".
+            set.store(true, Ordering::Relaxed);
+        });
+        DoneSignal(flag)
+    }
+
+    /// Whether the parent said `done`.
+    pub fn is_done(&self) -> bool {
+        // Relaxed: pairs with the store above; no data depends on it.
+        self.0.load(Ordering::Relaxed)
     }
 }

@@ -5,8 +5,14 @@
 //! with `Instant::now()` on either side of it (the clock's own cost, about
 //! 20 ns, is in every sample) and records it in an HdrHistogram. Both sides
 //! busy-poll. The last message carries `u64::MAX` and tells pong to stop.
+//!
+//! On the IP transport, `--transport tcp` runs the round trip over one TCP
+//! session and `--transport udp` over two UDP multicast streams; a stream
+//! publisher answers retransmit requests whenever its side waits, and ping
+//! keeps answering them after the last round trip until pong has closed
+//! its stream.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Bus, Event, Session};
@@ -27,9 +33,11 @@ pub struct Args {
 
     /// Channel carrying the round trip: `session` (both directions in one
     /// session, the order-flow path) or `stream` (a stream each way,
-    /// `NAME.ping` and `NAME.pong`, the market-data path).
-    #[arg(long, value_enum, default_value_t = Channel::Session)]
-    pub channel: Channel,
+    /// `NAME.ping` and `NAME.pong`, the market-data path). Default:
+    /// `session` on shm and tcp, `stream` on udp; tcp carries only
+    /// sessions and udp only streams.
+    #[arg(long, value_enum)]
+    pub channel: Option<Channel>,
 
     /// Payload bytes per message, at least 8 (the round-trip counter).
     #[arg(long, default_value_t = 32,
@@ -82,6 +90,23 @@ impl Args {
             Role::Pong => "pong",
         })
     }
+
+    /// The channel: as given, or the transport's own.
+    fn channel(&self) -> Result<Channel, Failure> {
+        use mdbus::TransportKind::{Tcp, Udp};
+        match (self.common.transport, self.channel) {
+            (Udp, Some(Channel::Session)) => Err(Failure::Usage(
+                "--transport udp carries streams (UDP multicast); a session runs on --transport tcp"
+                    .into(),
+            )),
+            (Tcp, Some(Channel::Stream)) => Err(Failure::Usage(
+                "--transport tcp carries sessions; streams run on --transport udp (UDP multicast)"
+                    .into(),
+            )),
+            (Udp, _) => Ok(Channel::Stream),
+            (_, channel) => Ok(channel.unwrap_or(Channel::Session)),
+        }
+    }
 }
 
 /// What ping prints.
@@ -98,6 +123,12 @@ struct Report {
 /// Runs the command.
 pub fn run(args: &Args) -> Result<(), Failure> {
     crate::transport::check(args.common.transport)?;
+    let mut args = args.clone();
+    args.channel = Some(args.channel()?);
+    if args.role.is_none() {
+        args.common.default_port = crate::ip::pick_default_port(&args.common)?;
+    }
+    let args = &args;
     let name = args.common.channel_name(args.role.is_some())?;
     let (core, peer_core) = args.common.cores_for(args.role == Some(Role::Pong))?;
     pin(core)?;
@@ -109,20 +140,20 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Some(Role::Pong) => pong(args, &bus, &name),
         Some(Role::Ping) => {
             let report = ping(args, &bus, &name, None)?;
-            print(args, &report, &name, core, None);
+            print(args, &bus, &report, &name, core, None);
             Ok(())
         }
         None => {
             let own = [
                 "--channel".to_string(),
-                channel_arg(args.channel).into(),
+                channel_arg(args.channel()?).into(),
                 "--size".into(),
                 args.size.to_string(),
             ];
             let mut peer = Peer::spawn("pingpong", "pong", &own, &args.common, &name, peer_core)?;
             let report = ping(args, &bus, &name, Some(&mut peer)).map_err(|e| peer.explain(e))?;
             peer.finish()?;
-            print(args, &report, &name, core, Some(peer_core));
+            print(args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
         }
     }
@@ -139,33 +170,48 @@ fn stream_names(name: &str) -> (String, String) {
     (format!("{name}.ping"), format!("{name}.pong"))
 }
 
-/// The bus, with this run's channel sized for `--size`.
+/// The bus, with this run's channel sized for `--size` (and placed, on
+/// the IP transport: the ping stream on the group's port, pong's on the
+/// next).
 fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
     let size = args.size as usize;
     let timeout = args.common.timeout();
-    crate::transport::bus(&args.common, |cfg| match args.channel {
+    let channel = args.channel()?;
+    let mut placed = Ok(());
+    let bus = crate::transport::bus(&args.common, |cfg| match channel {
         Channel::Session => {
-            let session = SessionConfig {
+            let mut session = SessionConfig {
                 max_message: size,
                 connect_timeout: timeout,
                 ..cfg.session(name)
             };
+            placed = crate::ip::session(&args.common, &mut session);
             cfg.sessions.insert(name.into(), session);
         }
         Channel::Stream => {
             let (ping, pong) = stream_names(name);
-            for stream in [ping, pong] {
-                let s = StreamConfig {
+            for (offset, stream) in [ping, pong].into_iter().enumerate() {
+                let mut s = StreamConfig {
                     max_message: size,
                     // Either side may attach after the other's first message.
                     late_join: LateJoin::Oldest,
                     ..cfg.stream(&stream)
                 };
+                if placed.is_ok() {
+                    placed = crate::ip::stream(&args.common, &mut s, offset as u16);
+                }
                 cfg.streams.insert(stream, s);
             }
         }
-    })
+    });
+    placed?;
+    bus
 }
+
+/// Empty polls between two calls of a stream publisher's `service` while
+/// a side waits: often enough to answer a retransmit request within
+/// microseconds, rarely enough to keep the system call off the poll loop.
+const SERVICE_EVERY: u32 = 64;
 
 /// One side's end of the round trip. One per process, never moved in the
 /// timed loop; boxing the larger variant would add an indirection to every
@@ -176,6 +222,8 @@ enum Link {
     Streams {
         publisher: mdbus::Publisher,
         subscriber: mdbus::Subscriber,
+        /// Empty polls since the publisher's last `service`.
+        idle: u32,
     },
 }
 
@@ -202,6 +250,7 @@ impl Link {
                 Link::Streams {
                     publisher,
                     subscriber,
+                    idle: 0,
                 }
             }
         })
@@ -216,6 +265,54 @@ impl Link {
             Link::Streams { publisher, .. } => {
                 publisher.publish(payload)?;
             }
+        }
+        Ok(())
+    }
+
+    /// One empty poll: now and then, the publisher's duties (answering
+    /// retransmit requests, heartbeats on datagram transports).
+    #[inline(always)]
+    fn idle(&mut self) -> Result<(), Failure> {
+        if let Link::Streams {
+            publisher, idle, ..
+        } = self
+        {
+            *idle += 1;
+            if *idle == SERVICE_EVERY {
+                *idle = 0;
+                publisher.service()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the last message: a stream publisher goes on answering
+    /// retransmit requests (the stop message may need one) until the other
+    /// side's stream ends, its process (if ours) exits, or `limit` passes.
+    fn linger(
+        &mut self,
+        mut peer: Option<&mut Peer>,
+        buf: &mut [u8],
+        limit: Duration,
+    ) -> Result<(), Failure> {
+        if matches!(self, Link::Session(_)) {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            match self.try_receive(buf) {
+                Ok(Received::Closed) | Err(_) => return Ok(()),
+                Ok(_) => {}
+            }
+            if let Link::Streams { publisher, .. } = self {
+                publisher.service()?;
+            }
+            if let Some(peer) = peer.as_deref_mut() {
+                if peer.has_exited()? {
+                    return Ok(());
+                }
+            }
+            crate::common::interrupted()?;
         }
         Ok(())
     }
@@ -274,23 +371,28 @@ fn describe(event: &Event<'_>) -> String {
 }
 
 #[inline(always)]
-fn counter(payload: &[u8]) -> u64 {
+pub(crate) fn counter(payload: &[u8]) -> u64 {
     let mut bytes = [0u8; 8];
     let n = payload.len().min(8);
     bytes[..n].copy_from_slice(&payload[..n]);
     u64::from_le_bytes(bytes)
 }
 
-fn ping(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Result<Report, Failure> {
-    let mut link =
-        Link::open(bus, args.channel, name, true).map_err(|e| args.common.peer_wait(e))?;
+fn ping(
+    args: &Args,
+    bus: &Bus,
+    name: &str,
+    mut peer: Option<&mut Peer>,
+) -> Result<Report, Failure> {
+    let channel = args.channel()?;
+    let mut link = Link::open(bus, channel, name, true).map_err(|e| args.common.peer_wait(e))?;
     if args.role.is_some() {
         eprintln!("mdbus-perf (ping): connected to pong on `{name}`");
     }
     let mut out = vec![0x5au8; args.size as usize];
     let mut back = vec![0u8; args.size as usize];
     let mut hist = latency_histogram();
-    let mut dog = Watchdog::new(peer, &args.common, "waiting for pong's echo");
+    let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for pong's echo");
     for i in 1..=args.warmup + args.iters {
         out[..8].copy_from_slice(&i.to_le_bytes());
         let t0 = Instant::now();
@@ -301,7 +403,10 @@ fn ping(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Result<R
                 Received::Counter(v) => {
                     return Err(Failure::Run(format!("sent round trip {i}, got {v} back")))
                 }
-                Received::Nothing => dog.idle()?,
+                Received::Nothing => {
+                    link.idle()?;
+                    dog.idle()?;
+                }
                 Received::Closed => {
                     return Err(Failure::Run(format!(
                         "pong closed `{name}` after {} of {} round trips",
@@ -319,9 +424,10 @@ fn ping(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Result<R
     }
     out[..8].copy_from_slice(&STOP.to_le_bytes());
     link.send(&out)?;
+    link.linger(peer, &mut back, args.common.timeout())?;
     Ok(Report {
         transport: args.common.transport.name(),
-        channel: args.channel,
+        channel,
         size: args.size,
         iters: hist.len(),
         warmup: args.warmup,
@@ -331,7 +437,7 @@ fn ping(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Result<R
 
 fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     let mut link =
-        Link::open(bus, args.channel, name, false).map_err(|e| args.common.peer_wait(e))?;
+        Link::open(bus, args.channel()?, name, false).map_err(|e| args.common.peer_wait(e))?;
     if !args.common.spawned {
         eprintln!("mdbus-perf (pong): connected to ping on `{name}`");
     }
@@ -346,7 +452,10 @@ fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
                 echoed += 1;
                 dog.progress();
             }
-            Received::Nothing => dog.idle()?,
+            Received::Nothing => {
+                link.idle()?;
+                dog.idle()?;
+            }
         }
     }
     if !args.common.spawned {
@@ -355,7 +464,14 @@ fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-fn print(args: &Args, report: &Report, name: &str, core: usize, peer_core: Option<usize>) {
+fn print(
+    args: &Args,
+    bus: &Bus,
+    report: &Report,
+    name: &str,
+    core: usize,
+    peer_core: Option<usize>,
+) {
     if args.common.json {
         print_json(report);
         return;
@@ -364,8 +480,16 @@ fn print(args: &Args, report: &Report, name: &str, core: usize, peer_core: Optio
         Some(peer) => format!("ping on core {core}, pong on core {peer}"),
         None => format!("ping on core {core}"),
     };
+    let (ping, _) = stream_names(name);
     let channel = match report.channel {
+        Channel::Session if crate::ip::is_ip(args.common.transport) => {
+            format!("session `{name}` at {}", bus.config().session(name).address)
+        }
         Channel::Session => format!("session `{name}`"),
+        Channel::Stream if crate::ip::is_ip(args.common.transport) => format!(
+            "streams `{name}.ping`/`{name}.pong`, {} (and the next port)",
+            crate::ip::describe_stream(&bus.config().stream(&ping))
+        ),
         Channel::Stream => format!("streams `{name}.ping`/`{name}.pong`"),
     };
     println!(

@@ -1,0 +1,135 @@
+//! Where a run's channels live on the IP transport: the multicast group of
+//! a UDP stream and the interface it is sent and joined on, the address of
+//! a TCP session.
+//!
+//! Each setting comes from the command line if given there, else from the
+//! channel's entry in --config, else from a default that works on one host:
+//! loopback, group 239.255.77.1, and a port that is free when this process
+//! starts its own peer (so runs side by side never meet) or 47100 with
+//! --role (so two sides started by hand agree).
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
+
+use mdbus::config::{SessionConfig, StreamConfig};
+use mdbus::TransportKind;
+
+use crate::common::{Common, Failure};
+
+/// Multicast group of the default stream.
+pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 1);
+/// Port of the default group and address when the two sides are started
+/// by hand.
+pub const DEFAULT_PORT: u16 = 47100;
+/// Interface used when neither the command line nor the file names one.
+pub const DEFAULT_INTERFACE: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// Whether `kind` is the IP transport (one transport under two names).
+pub fn is_ip(kind: TransportKind) -> bool {
+    matches!(kind, TransportKind::Udp | TransportKind::Tcp)
+}
+
+/// Parses `--group`: an IPv4 multicast group and a port.
+pub fn parse_group(text: &str) -> Result<SocketAddrV4, String> {
+    match text.parse::<SocketAddrV4>() {
+        Ok(a) if a.ip().is_multicast() => Ok(a),
+        _ => Err("expected an IPv4 multicast group and port such as 239.1.1.1:5000".into()),
+    }
+}
+
+/// For a run that starts its own peer: a port that nothing on this host
+/// uses right now, for the default group or address, so that runs side by
+/// side do not share one. Returns `None` on shared memory, which has no
+/// ports.
+pub fn pick_default_port(common: &Common) -> Result<Option<u16>, Failure> {
+    if !is_ip(common.transport) || common.default_port.is_some() {
+        return Ok(common.default_port);
+    }
+    let any = (Ipv4Addr::LOCALHOST, 0);
+    let port = if common.transport == TransportKind::Tcp {
+        TcpListener::bind(any).and_then(|l| l.local_addr())
+    } else {
+        UdpSocket::bind(any).and_then(|s| s.local_addr())
+    };
+    match port {
+        // Ports above 65000 leave room for a second stream's port + 1.
+        Ok(a) if a.port() < 65_000 => Ok(Some(a.port())),
+        Ok(_) => Ok(Some(DEFAULT_PORT)),
+        Err(e) => Err(Failure::Run(format!(
+            "cannot find a free port on the loopback: {e}"
+        ))),
+    }
+}
+
+fn port(common: &Common, offset: u16) -> Result<u16, Failure> {
+    common
+        .default_port
+        .unwrap_or(DEFAULT_PORT)
+        .checked_add(offset)
+        .ok_or_else(|| Failure::Usage("the default port is too high".into()))
+}
+
+/// Sets up stream `s` (from the file or the defaults) for this run on UDP:
+/// its group `offset` ports above the base, its interface, and time-to-live
+/// 0 on the loopback (the datagrams never leave the host).
+pub fn stream(common: &Common, s: &mut StreamConfig, offset: u16) -> Result<(), Failure> {
+    if !is_ip(common.transport) {
+        return Ok(());
+    }
+    if let Some(g) = common.group {
+        let port = g.port().checked_add(offset).ok_or_else(|| {
+            Failure::Usage(format!(
+                "--group {g}: this run needs ports up to {} + {offset}",
+                g.port()
+            ))
+        })?;
+        s.group = SocketAddrV4::new(*g.ip(), port).to_string();
+    } else if s.group.is_empty() {
+        s.group = SocketAddrV4::new(DEFAULT_GROUP, port(common, offset)?).to_string();
+    }
+    if let Some(i) = common.interface {
+        s.interface = i.to_string();
+    } else if s.interface.is_empty() {
+        s.interface = DEFAULT_INTERFACE.to_string();
+    }
+    if s.interface
+        .parse::<Ipv4Addr>()
+        .is_ok_and(|i| i.is_loopback())
+    {
+        s.ttl = 0;
+    }
+    Ok(())
+}
+
+/// Sets up session `s` for this run on TCP: its address.
+pub fn session(common: &Common, s: &mut SessionConfig) -> Result<(), Failure> {
+    if !is_ip(common.transport) {
+        return Ok(());
+    }
+    if let Some(a) = common.address {
+        s.address = a.to_string();
+    } else if s.address.is_empty() {
+        let host = common.interface.unwrap_or(DEFAULT_INTERFACE);
+        s.address = SocketAddrV4::new(host, port(common, 0)?).to_string();
+    }
+    Ok(())
+}
+
+/// Where a stream or session of this run goes, for the table heading.
+pub fn describe_stream(s: &StreamConfig) -> String {
+    format!("group {} on {}", s.group, s.interface)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_must_be_multicast() {
+        assert_eq!(
+            parse_group("239.1.2.3:5000"),
+            Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 5000))
+        );
+        assert!(parse_group("10.0.0.1:5000").is_err());
+        assert!(parse_group("239.1.2.3").is_err());
+    }
+}
