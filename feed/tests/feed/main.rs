@@ -1,0 +1,14 @@
+//! Integration tests of mdbus-feed: the formats against their
+//! specifications, bad input, property tests on arbitrary bytes, and
+//! cross-checks against independent decoders (the `itchy` crate, tshark).
+
+mod alloc;
+mod binaryfile;
+mod common;
+mod fuzz;
+mod itch;
+mod itchy_crosscheck;
+mod moldudp64;
+mod pcap;
+mod synth;
+mod tshark;
