@@ -29,6 +29,25 @@
 //! # drop((publisher, subscriber)); std::fs::remove_dir_all(&dir).ok();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Handles move between threads but are never shared:
+//!
+//! ```
+//! fn send<T: Send>() {}
+//! send::<mdbus::Publisher>();
+//! send::<mdbus::Subscriber>();
+//! send::<mdbus::Session>();
+//! ```
+//!
+//! ```compile_fail
+//! fn sync<T: Sync>() {}
+//! sync::<mdbus::Publisher>();
+//! ```
+//!
+//! ```compile_fail
+//! fn sync<T: Sync>() {}
+//! sync::<mdbus::Session>();
+//! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]

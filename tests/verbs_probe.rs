@@ -53,11 +53,11 @@ fn verbs_transport_is_chosen_only_with_an_active_port() {
                 Bus::new(config("auto")).unwrap().transport(),
                 TransportKind::Verbs
             );
-            // Streams are carried by the UD datagram stream, wired later.
+            // A stream needs a multicast group on this transport.
             let err = bus.publisher("s").unwrap_err();
             assert_eq!(
                 err.to_string(),
-                "transport verbs is not available: streams on verbs use the UD datagram stream, not wired in yet"
+                "stream `s`: streams.s.group must be set for transport verbs"
             );
             // A session needs an address on this transport.
             let err = bus.session_connect("o").unwrap_err();

@@ -258,6 +258,10 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             max_message: cfg.max_message,
             max_datagram: cfg.max_datagram,
             reorder_window: reorder_window(cfg),
+            // Fragmented messages wait for a lost fragment in these, and so
+            // do the fragmented messages behind them: room for many,
+            // within 16 MiB.
+            reassembly_buffers: ((16usize << 20) / cfg.max_message.max(1)).clamp(4, 256),
             late_join: cfg.late_join,
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
@@ -488,6 +492,74 @@ mod udp_tests {
         fn dropped(&self) -> u64 {
             self.inner.dropped()
         }
+    }
+
+    #[test]
+    fn large_messages_are_fragmented_and_a_lost_fragment_recovered() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 44, 9),
+                22_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+        };
+        let cfg = StreamConfig {
+            max_message: 20_000,
+            retransmit_timeout: std::time::Duration::from_millis(2),
+            ..StreamConfig::default()
+        };
+        let mut p = DatagramPublisher::new(
+            "f",
+            &cfg,
+            vec![UdpLink::publisher("f", &line, 1472).unwrap()],
+        )
+        .unwrap();
+        let sub_link = Lossy {
+            inner: UdpLink::subscriber("f", &line, 1472).unwrap(),
+            // A retransmitted message is all of its fragments again; losing
+            // one datagram in 53 leaves most retransmissions whole.
+            every: 53,
+            seen: 0,
+            lost: 0,
+        };
+        let mut s = DatagramSubscriber::new("f", &cfg, vec![sub_link]).unwrap();
+        let body = |seq: u64| -> Vec<u8> {
+            (0..5_000 + seq as usize * 97)
+                .map(|i| (i as u64).wrapping_mul(seq) as u8)
+                .collect()
+        };
+        let total = 100u64;
+        let (mut next, mut seq) = (1u64, 0u64);
+        for _ in 0..100_000_000u64 {
+            if seq < total {
+                seq += 1;
+                let m = body(seq);
+                p.claim(m.len()).unwrap().copy_from_slice(&m);
+                p.commit(m.len(), 0, 0).unwrap();
+            }
+            p.service().unwrap();
+            s.poll(64, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), next);
+                    assert!(
+                        m.payload() == body(next),
+                        "message {next} reassembled wrong"
+                    );
+                    next += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+            if next > total {
+                break;
+            }
+        }
+        let c = s.counters();
+        assert_eq!(next - 1, total, "{c:?}");
+        assert!(c.fragments_received > total, "{c:?}");
+        assert!(s.lines[0].lost > 0 && c.recovered > 0, "{c:?}");
     }
 
     #[test]
