@@ -1,6 +1,8 @@
 //! mdbus-perf as a user runs it: the built binary, real processes, shared
-//! memory, UDP multicast and TCP on the loopback, and (as root) two network
-//! namespaces with injected loss. Counts are small; nothing here asserts on
+//! memory, UDP multicast and TCP on the loopback, (as root) two network
+//! namespaces with injected loss, and the verbs transport refused on a
+//! machine without RDMA (its measurements run in the RDMA lane:
+//! scripts/rdma-guest/bench-verbs). Counts are small; nothing here asserts on
 //! speed.
 
 use std::io::{BufRead, BufReader, Read};
@@ -320,21 +322,194 @@ fn throughput_table_names_the_columns() {
 #[test]
 fn transports_not_in_this_build_are_refused_in_one_line() {
     for command in ["pingpong", "throughput", "mcast"] {
-        for transport in ["verbs", "auto"] {
-            let out = perf(&[command, "--transport", transport, "--json"]);
-            assert_eq!(out.status.code(), Some(2), "{command} {transport}");
-            assert!(
-                out.stdout.is_empty(),
-                "{command} {transport}: no report expected"
-            );
-            let stderr = String::from_utf8(out.stderr).unwrap();
-            assert_eq!(
-                stderr.trim_end(),
-                format!("mdbus-perf: transport {transport} is not available in this build"),
-                "{command} {transport}"
-            );
-        }
+        let out = perf(&[command, "--transport", "auto", "--json"]);
+        assert_eq!(out.status.code(), Some(2), "{command} auto");
+        assert!(out.stdout.is_empty(), "{command} auto: no report expected");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            stderr.trim_end(),
+            "mdbus-perf: transport auto is not available in this build",
+            "{command} auto"
+        );
     }
+}
+
+/// Whether this machine has an RDMA device (then the verbs runs are
+/// measured in the RDMA lane's guest, not refused).
+fn has_rdma() -> bool {
+    Path::new("/sys/class/infiniband")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some())
+}
+
+#[test]
+fn verbs_without_a_device_is_refused_in_the_library_sentence() {
+    if has_rdma() {
+        skip(
+            "verbs_without_a_device_is_refused_in_the_library_sentence",
+            "this machine has an RDMA device",
+        );
+        return;
+    }
+    let runs: &[&[&str]] = &[
+        &["pingpong", "--transport", "verbs", "--json"],
+        &[
+            "pingpong",
+            "--transport",
+            "verbs",
+            "--device",
+            "rxe0",
+            "--gid-index",
+            "1",
+            "--size",
+            "32",
+            "--json",
+        ],
+        &[
+            "throughput",
+            "--transport",
+            "verbs",
+            "--device",
+            "rxe0",
+            "--signal-every",
+            "1",
+            "--no-inline",
+        ],
+        &[
+            "mcast",
+            "--transport",
+            "verbs",
+            "--device",
+            "rxe0",
+            "--recv-device",
+            "rxe1",
+            "--group",
+            "239.1.1.1",
+            "--count",
+            "20000",
+        ],
+        &[
+            "pingpong",
+            "--transport",
+            "verbs",
+            "--role",
+            "pong",
+            "--address",
+            "10.99.0.1:7000",
+        ],
+    ];
+    for args in runs {
+        let out = perf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: no report expected");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        let pong = args.contains(&"--role");
+        let prefix = if pong {
+            "mdbus-perf (pong): transport verbs is not available: "
+        } else {
+            "mdbus-perf: transport verbs is not available: "
+        };
+        assert!(stderr.starts_with(prefix), "{args:?}: {stderr}");
+        assert!(stderr.contains("RDMA"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn verbs_options_parse_and_belong_to_verbs() {
+    // Only verbs takes them: on another transport each is a usage error
+    // naming the option.
+    for flag in [
+        &["--no-inline"][..],
+        &["--signal-every", "1"],
+        &["--gid-index", "1"],
+        &["--recv-device", "rxe1"],
+        &["--recv-interface", "10.99.0.2"],
+        &["--max-inline", "32"],
+        &["--recv-batch", "8"],
+    ] {
+        let mut args = vec!["pingpong", "--transport", "shm", "--iters", "1"];
+        args.extend_from_slice(flag);
+        let out = perf(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(flag[0]), "{args:?}: {stderr}");
+        assert!(stderr.contains("--transport verbs"), "{args:?}: {stderr}");
+    }
+    // Values out of range are refused by the parser, before any device
+    // is looked for.
+    for (args, needle) in [
+        (
+            &["throughput", "--transport", "verbs", "--signal-every", "0"][..],
+            "--signal-every",
+        ),
+        (
+            &["pingpong", "--transport", "verbs", "--gid-index", "-2"],
+            "--gid-index",
+        ),
+        (
+            &["mcast", "--transport", "verbs", "--recv-interface", "rxe1"],
+            "--recv-interface",
+        ),
+        (
+            &["mcast", "--transport", "verbs", "--group", "10.0.0.1"],
+            "multicast",
+        ),
+    ] {
+        let out = perf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    // Every option is in the help.
+    let out = perf(&["throughput", "--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--no-inline",
+        "--signal-every",
+        "--gid-index",
+        "--recv-device",
+        "--recv-interface",
+        "--max-inline",
+        "--recv-batch",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
+
+#[test]
+fn verbs_pingpong_runs_on_a_session_only() {
+    // Refused for what it is, whatever the machine has.
+    let out = perf(&["pingpong", "--transport", "verbs", "--channel", "stream"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("RC session"), "{stderr}");
+}
+
+#[test]
+fn a_group_without_a_port_is_accepted() {
+    let p = Patient::new("group-no-port");
+    let out = measure(&[
+        "mcast",
+        "--transport",
+        "udp",
+        "--group",
+        "239.255.77.9",
+        "--count",
+        "100",
+        "--rate",
+        "10000",
+        "--name",
+        &p.name,
+        "--config",
+        &p.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 100, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 100, "{v}");
 }
 
 #[test]
@@ -703,7 +878,7 @@ fn mcast_takes_multicast_transports_only() {
         let out = perf(&["mcast", "--transport", transport, "--count", "1"]);
         assert_eq!(out.status.code(), Some(2), "{transport}");
         let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(stderr.contains("--transport udp"), "{stderr}");
+        assert!(stderr.contains("--transport udp or verbs"), "{stderr}");
     }
 }
 

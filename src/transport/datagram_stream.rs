@@ -494,37 +494,51 @@ mod udp_tests {
         }
     }
 
-    #[test]
-    fn large_messages_are_fragmented_and_a_lost_fragment_recovered() {
+    /// A publisher and a subscriber of stream `name` on loopback group
+    /// 239.255.X.9, the subscriber losing every `every`-th datagram.
+    fn lossy_pair(
+        name: &str,
+        x: u8,
+        cfg: &StreamConfig,
+        every: u64,
+    ) -> (DatagramPublisher<UdpLink>, DatagramSubscriber<Lossy>) {
         let line = LineAddr {
             group: SocketAddrV4::new(
-                Ipv4Addr::new(239, 255, 44, 9),
-                22_000 + (std::process::id() % 20_000) as u16,
+                Ipv4Addr::new(239, 255, x, 9),
+                20_000 + x as u16 * 100 + (std::process::id() % 20_000) as u16,
             ),
             interface: Ipv4Addr::LOCALHOST,
             ttl: 0,
             loopback: true,
         };
+        let p = DatagramPublisher::new(
+            name,
+            cfg,
+            vec![UdpLink::publisher(name, &line, 1472).unwrap()],
+        )
+        .unwrap();
+        let sub_link = Lossy {
+            inner: UdpLink::subscriber(name, &line, 1472).unwrap(),
+            every,
+            seen: 0,
+            lost: 0,
+        };
+        (
+            p,
+            DatagramSubscriber::new(name, cfg, vec![sub_link]).unwrap(),
+        )
+    }
+
+    #[test]
+    fn large_messages_are_fragmented_and_a_lost_fragment_recovered() {
         let cfg = StreamConfig {
             max_message: 20_000,
             retransmit_timeout: std::time::Duration::from_millis(2),
             ..StreamConfig::default()
         };
-        let mut p = DatagramPublisher::new(
-            "f",
-            &cfg,
-            vec![UdpLink::publisher("f", &line, 1472).unwrap()],
-        )
-        .unwrap();
-        let sub_link = Lossy {
-            inner: UdpLink::subscriber("f", &line, 1472).unwrap(),
-            // A retransmitted message is all of its fragments again; losing
-            // one datagram in 53 leaves most retransmissions whole.
-            every: 53,
-            seen: 0,
-            lost: 0,
-        };
-        let mut s = DatagramSubscriber::new("f", &cfg, vec![sub_link]).unwrap();
+        // A retransmitted message is all of its fragments again; losing
+        // one datagram in 53 leaves most retransmissions whole.
+        let (mut p, mut s) = lossy_pair("f", 44, &cfg, 53);
         let body = |seq: u64| -> Vec<u8> {
             (0..5_000 + seq as usize * 97)
                 .map(|i| (i as u64).wrapping_mul(seq) as u8)
@@ -564,34 +578,13 @@ mod udp_tests {
 
     #[test]
     fn loss_on_a_real_udp_line_is_recovered() {
-        let line = LineAddr {
-            group: SocketAddrV4::new(
-                Ipv4Addr::new(239, 255, 43, 9),
-                21_000 + (std::process::id() % 20_000) as u16,
-            ),
-            interface: Ipv4Addr::LOCALHOST,
-            ttl: 0,
-            loopback: true,
-        };
         let cfg = StreamConfig {
             max_message: 32,
             autoflush: false,
             retransmit_timeout: std::time::Duration::from_millis(2),
             ..StreamConfig::default()
         };
-        let mut p = DatagramPublisher::new(
-            "t",
-            &cfg,
-            vec![UdpLink::publisher("t", &line, 1472).unwrap()],
-        )
-        .unwrap();
-        let sub_link = Lossy {
-            inner: UdpLink::subscriber("t", &line, 1472).unwrap(),
-            every: 13,
-            seen: 0,
-            lost: 0,
-        };
-        let mut s = DatagramSubscriber::new("t", &cfg, vec![sub_link]).unwrap();
+        let (mut p, mut s) = lossy_pair("t", 43, &cfg, 13);
         let total = 100_000u64;
         let (mut next, mut seq) = (1u64, 0u64);
         for _ in 0..100_000_000u64 {

@@ -14,9 +14,11 @@ use mdbus::TransportKind;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
     /// Transport to measure: `shm` (shared memory between processes on one
-    /// host), `udp` (streams on UDP multicast, with loss recovery) or `tcp`
-    /// (sessions on TCP). `verbs` and `auto` are refused: this build does
-    /// not measure them.
+    /// host), `udp` (streams on UDP multicast, with loss recovery), `tcp`
+    /// (sessions on TCP) or `verbs` (RDMA: sessions on RC queue pairs,
+    /// streams on UD multicast with loss recovery; refused in one line on a
+    /// machine without an active RDMA port). `auto` is refused: a
+    /// measurement names its transport.
     #[arg(long, default_value = "shm", value_parser = crate::transport::parse)]
     pub transport: TransportKind,
 
@@ -35,9 +37,53 @@ pub struct Common {
     pub cores: Option<String>,
 
     /// RDMA or network device (e.g. mlx5_0, eth0) whose NUMA node's cores
-    /// the default --cores come from.
+    /// the default --cores come from. verbs: the RDMA device (rxe0,
+    /// mlx5_0) to use; a session binds its IPv4 address (the IPv4-mapped
+    /// GID at --gid-index, or the first one), and so does the publisher of
+    /// mcast. Default: the first device with an active port.
     #[arg(long)]
     pub device: Option<String>,
+
+    /// verbs: GID table index whose IPv4-mapped address the run binds
+    /// (RoCE v2 with IPv4 is usually 1 or 3). Default: the first
+    /// IPv4-mapped GID of the device's port.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(i32).range(0..))]
+    pub gid_index: Option<i32>,
+
+    /// verbs mcast: RDMA device of the subscriber (e.g. rxe1, with the
+    /// publisher on --device rxe0). Default: the publisher's.
+    #[arg(long, value_name = "DEVICE")]
+    pub recv_device: Option<String>,
+
+    /// verbs mcast: local IPv4 address the subscriber binds (selects its
+    /// device), instead of --recv-device's.
+    #[arg(long, value_name = "ADDR")]
+    pub recv_interface: Option<Ipv4Addr>,
+
+    /// verbs: never send inline (every message is read by the NIC from the
+    /// registered send slot), for comparison with the default, which sends
+    /// messages inline when they fit the queue pair's inline limit.
+    #[arg(long)]
+    pub no_inline: bool,
+
+    /// verbs: inline limit in bytes asked for when the queue pair is
+    /// created (the device may grant less). Default: the configuration's
+    /// (64).
+    #[arg(long, value_name = "BYTES")]
+    pub max_inline: Option<u32>,
+
+    /// verbs: ask for a send completion on every Nth send only; 1 signals
+    /// every send. Default: the configuration's (16).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub signal_every: Option<u32>,
+
+    /// verbs: receive buffers reposted per batch. Default: the
+    /// configuration's (16).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub recv_batch: Option<u32>,
 
     /// What a polling loop does between empty polls: busy-spin (lowest
     /// latency, burns the core), spin-hint (a pause instruction per poll)
@@ -61,7 +107,8 @@ pub struct Common {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
 
-    /// udp: multicast group and port of the stream, as 239.1.1.1:5000 (a
+    /// udp, verbs: multicast group and port of the stream, as
+    /// 239.1.1.1:5000, or a group alone for the default port (a
     /// ping-pong's second stream uses the next port). Default: the
     /// stream's `group` in --config, else 239.255.77.1 with a free port
     /// when this process starts its peer, port 47100 with --role.
@@ -71,13 +118,16 @@ pub struct Common {
     /// udp: local IPv4 address of the interface that sends and joins the
     /// group. Default: the stream's `interface` in --config, else
     /// 127.0.0.1 (loopback, multicast time-to-live 0: the host only).
+    /// verbs: the address the publisher (mcast) or the session binds,
+    /// instead of --device's.
     #[arg(long, value_name = "ADDR")]
     pub interface: Option<Ipv4Addr>,
 
-    /// tcp: address the session's acceptor listens on and the other side
-    /// connects to, as 10.0.0.1:7000. Default: the session's `address` in
-    /// --config, else 127.0.0.1 with a free port when this process starts
-    /// its peer, 127.0.0.1:47100 with --role.
+    /// tcp, verbs: address the session's acceptor listens on and the other
+    /// side connects to, as 10.0.0.1:7000. Default: the session's `address`
+    /// in --config, else (tcp) 127.0.0.1 or (verbs) the IPv4 address of the
+    /// device, with a free port when this process starts its peer, port
+    /// 47100 with --role.
     #[arg(long, value_name = "ADDR:PORT")]
     pub address: Option<SocketAddr>,
 
@@ -153,9 +203,10 @@ impl Common {
             }
             None => match self.device.as_deref() {
                 Some(dev) => {
-                    let is_rdma = std::path::Path::new("/sys/class/infiniband")
-                        .join(dev)
-                        .exists();
+                    let is_rdma = self.transport == TransportKind::Verbs
+                        || std::path::Path::new("/sys/class/infiniband")
+                            .join(dev)
+                            .exists();
                     affinity::placement_for(Some(if is_rdma {
                         Device::Rdma(dev)
                     } else {
@@ -190,8 +241,9 @@ pub fn pin(core: usize) -> Result<(), Failure> {
 /// Why a run failed.
 #[derive(Debug)]
 pub enum Failure {
-    /// The transport is not in this build.
-    Unavailable(&'static str),
+    /// The transport is not in this build, or not on this machine: the
+    /// whole sentence.
+    Unavailable(String),
     /// An option or the configuration is wrong.
     Usage(String),
     /// The run itself failed: a peer died or stalled, the bus failed.
@@ -211,8 +263,7 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Unavailable(t) => write!(f, "transport {t} is not available in this build"),
-            Failure::Usage(msg) | Failure::Run(msg) => f.write_str(msg),
+            Failure::Unavailable(msg) | Failure::Usage(msg) | Failure::Run(msg) => f.write_str(msg),
         }
     }
 }
@@ -222,7 +273,7 @@ impl std::error::Error for Failure {}
 impl From<mdbus::Error> for Failure {
     fn from(e: mdbus::Error) -> Self {
         match e {
-            mdbus::Error::TransportUnavailable { transport, .. } => Failure::Unavailable(transport),
+            e @ mdbus::Error::TransportUnavailable { .. } => Failure::Unavailable(e.to_string()),
             mdbus::Error::Config(e) => Failure::Usage(e.to_string()),
             mdbus::Error::BadName { .. } => Failure::Usage(format!("--name: {e}")),
             e => Failure::Run(e.to_string()),

@@ -10,7 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
 
-use mdbus::config::{SessionConfig, StreamConfig};
+use mdbus::config::{SessionConfig, StreamConfig, VerbsConfig};
 use mdbus::TransportKind;
 
 use crate::common::{Common, Failure};
@@ -28,11 +28,24 @@ pub fn is_ip(kind: TransportKind) -> bool {
     matches!(kind, TransportKind::Udp | TransportKind::Tcp)
 }
 
-/// Parses `--group`: an IPv4 multicast group and a port.
+/// Whether `kind` places its channels at IP addresses and ports (the IP
+/// transport, and verbs through rdma_cm).
+pub fn has_ports(kind: TransportKind) -> bool {
+    is_ip(kind) || kind == TransportKind::Verbs
+}
+
+/// Parses `--group`: an IPv4 multicast group and a port, or a group alone
+/// (port 0: the run's default port).
 pub fn parse_group(text: &str) -> Result<SocketAddrV4, String> {
-    match text.parse::<SocketAddrV4>() {
+    let parsed = text
+        .parse::<SocketAddrV4>()
+        .or_else(|_| text.parse::<Ipv4Addr>().map(|ip| SocketAddrV4::new(ip, 0)));
+    match parsed {
         Ok(a) if a.ip().is_multicast() => Ok(a),
-        _ => Err("expected an IPv4 multicast group and port such as 239.1.1.1:5000".into()),
+        _ => Err(
+            "expected an IPv4 multicast group, with or without a port, such as 239.1.1.1:5000"
+                .into(),
+        ),
     }
 }
 
@@ -41,11 +54,13 @@ pub fn parse_group(text: &str) -> Result<SocketAddrV4, String> {
 /// side do not share one. Returns `None` on shared memory, which has no
 /// ports.
 pub fn pick_default_port(common: &Common) -> Result<Option<u16>, Failure> {
-    if !is_ip(common.transport) || common.default_port.is_some() {
+    if !has_ports(common.transport) || common.default_port.is_some() {
         return Ok(common.default_port);
     }
     let any = (Ipv4Addr::LOCALHOST, 0);
-    let port = if common.transport == TransportKind::Tcp {
+    // rdma_cm has port spaces of its own; a port free for TCP here is a
+    // good guess that nothing else of this host's uses it there either.
+    let port = if common.transport != TransportKind::Udp {
         TcpListener::bind(any).and_then(|l| l.local_addr())
     } else {
         UdpSocket::bind(any).and_then(|s| s.local_addr())
@@ -68,14 +83,17 @@ fn port(common: &Common, offset: u16) -> Result<u16, Failure> {
         .ok_or_else(|| Failure::Usage("the default port is too high".into()))
 }
 
-/// Sets up stream `s` (from the file or the defaults) for this run on UDP:
-/// its group `offset` ports above the base, its interface, and time-to-live
-/// 0 on the loopback (the datagrams never leave the host).
+/// Sets up stream `s` (from the file or the defaults) for this run on UDP
+/// or verbs: its group `offset` ports above the base, and on UDP its
+/// interface and time-to-live 0 on the loopback (the datagrams never leave
+/// the host). Verbs interfaces come from [`crate::verbs::stream_interface`].
 pub fn stream(common: &Common, s: &mut StreamConfig, offset: u16) -> Result<(), Failure> {
-    if !is_ip(common.transport) {
+    if !has_ports(common.transport) {
         return Ok(());
     }
-    if let Some(g) = common.group {
+    if let Some(g) = common.group.filter(|g| g.port() == 0) {
+        s.group = SocketAddrV4::new(*g.ip(), port(common, offset)?).to_string();
+    } else if let Some(g) = common.group {
         let port = g.port().checked_add(offset).ok_or_else(|| {
             Failure::Usage(format!(
                 "--group {g}: this run needs ports up to {} + {offset}",
@@ -85,6 +103,9 @@ pub fn stream(common: &Common, s: &mut StreamConfig, offset: u16) -> Result<(), 
         s.group = SocketAddrV4::new(*g.ip(), port).to_string();
     } else if s.group.is_empty() {
         s.group = SocketAddrV4::new(DEFAULT_GROUP, port(common, offset)?).to_string();
+    }
+    if !is_ip(common.transport) {
+        return Ok(());
     }
     if let Some(i) = common.interface {
         s.interface = i.to_string();
@@ -100,8 +121,11 @@ pub fn stream(common: &Common, s: &mut StreamConfig, offset: u16) -> Result<(), 
     Ok(())
 }
 
-/// Sets up session `s` for this run on TCP: its address.
-pub fn session(common: &Common, s: &mut SessionConfig) -> Result<(), Failure> {
+/// Sets up session `s` for this run on TCP or verbs: its address.
+pub fn session(common: &Common, v: &VerbsConfig, s: &mut SessionConfig) -> Result<(), Failure> {
+    if common.transport == TransportKind::Verbs {
+        return crate::verbs::session(common, v, s, port(common, 0)?);
+    }
     if !is_ip(common.transport) {
         return Ok(());
     }
@@ -130,6 +154,10 @@ mod tests {
             Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 5000))
         );
         assert!(parse_group("10.0.0.1:5000").is_err());
-        assert!(parse_group("239.1.2.3").is_err());
+        assert!(parse_group("10.0.0.1").is_err());
+        assert_eq!(
+            parse_group("239.1.2.3"),
+            Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 0))
+        );
     }
 }

@@ -9,6 +9,9 @@
 //! mdbus-perf throughput --transport udp --json
 //! mdbus-perf mcast      --transport udp --count 100000 --json
 //! mdbus-perf mcast      --transport udp --count 100000 --loss 5 --json
+//! mdbus-perf pingpong   --transport verbs --device rxe0 --gid-index 1 --size 32 --json
+//! mdbus-perf throughput --transport verbs --device rxe0 --size 64 --signal-every 1 --json
+//! mdbus-perf mcast      --transport verbs --device rxe0 --recv-device rxe1 --json
 //! ```
 //!
 //! Each command runs both sides itself, as two processes pinned to two
@@ -27,6 +30,7 @@ mod pingpong;
 mod report;
 mod throughput;
 mod transport;
+mod verbs;
 
 use std::process::ExitCode;
 
@@ -45,9 +49,11 @@ binary again with --role, each pinned to its own core. With --role, only that si
 the two sides can be started in two terminals (or, for the IP transport, on two hosts) with \
 the same --name and addresses.\n\nTransports: shm (shared memory, one host), udp (streams on \
 UDP multicast with loss recovery), tcp (sessions on TCP). On udp and tcp the defaults run on \
-the loopback of one host.",
+the loopback of one host. verbs (RDMA: RC sessions, UD multicast streams) needs an active \
+RDMA port: --device names it; without one the run is refused in one line.",
     after_help = "Exit status: 0 on success, 1 when a run fails (a peer dies, stalls or \
-cannot be reached), 2 for a usage error, including a transport this build does not carry."
+cannot be reached), 2 for a usage error, including a transport this build does not carry \
+or this machine lacks (verbs without an active RDMA port)."
 )]
 struct Cli {
     /// Log what the library reports at info level (core placement, huge
@@ -68,15 +74,17 @@ enum Command {
     /// the send and just after the echo arrives (a read costs about 20 ns,
     /// included once in every sample), recorded into an HdrHistogram at
     /// three significant digits. Both sides busy-poll. On tcp the round
-    /// trip is one TCP session; on udp, two UDP multicast streams (one
-    /// each way), whose publishers answer retransmit requests while their
-    /// side waits. With --json the output is one object:
+    /// trip is one TCP session; on verbs one RC session (rdma_cm at the
+    /// device's address); on udp, two UDP multicast streams (one each
+    /// way), whose publishers answer retransmit requests while their side
+    /// waits. With --json the output is one object:
     /// {"transport", "channel", "size", "iters", "warmup",
     ///  "rtt_ns": {"p50", "p90", "p99", "p999", "max"}}.
     Pingpong(pingpong::Args),
     /// One-way throughput: a sender sends --count messages, a receiver
     /// counts what arrives and what was lost. A stream on shm and udp, a
-    /// session on tcp.
+    /// session on tcp and verbs (RC, selectively signaled sends:
+    /// --signal-every).
     ///
     /// The receiver times from its first message to its last. A stream
     /// never waits for its subscribers: on shm a subscriber that falls

@@ -43,8 +43,9 @@ const LATENCY_MAX_NS: u64 = 60_000_000_000;
 #[derive(Debug, Clone, clap::Args)]
 #[command(mut_arg("transport", |a| a
     .default_value("udp")
-    .help("Multicast transport: udp (UDP multicast with loss recovery); verbs (RDMA UD \
-           multicast) is refused: this build does not measure it")))]
+    .help("Multicast transport: udp (UDP multicast with loss recovery) or verbs (RDMA UD \
+           multicast with loss recovery: the publisher on --device or --interface, the \
+           subscriber on --recv-device or --recv-interface)")))]
 pub struct Args {
     #[command(flatten)]
     pub common: Common,
@@ -152,13 +153,13 @@ struct LossReport {
 pub fn run(args: &Args) -> Result<(), Failure> {
     // Refuses the transports this build cannot run (verbs among them)
     // before saying which ones mcast takes.
-    crate::transport::check(args.common.transport)?;
+    crate::transport::ready(&args.common)?;
     if !matches!(
         args.common.transport,
         TransportKind::Udp | TransportKind::Verbs
     ) {
         return Err(Failure::Usage(format!(
-            "mcast measures a multicast stream: --transport udp, not {}",
+            "mcast measures a multicast stream: --transport udp or verbs, not {}",
             args.common.transport.name()
         )));
     }
@@ -200,6 +201,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             let mut topology = None;
             let mut peer_common = args.common.clone();
             if let Some(pct) = args.loss {
+                if args.common.transport != TransportKind::Udp {
+                    return Err(Failure::Usage(
+                        "--loss runs UDP through network namespaces: --transport udp".into(),
+                    ));
+                }
                 if args.common.interface.is_some() {
                     return Err(Failure::Usage(
                         "--loss chooses the interfaces itself; leave out --interface".into(),
@@ -254,6 +260,15 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
             ..cfg.stream(name)
         };
         placed = crate::ip::stream(&args.common, &mut stream, 0);
+        if placed.is_ok() && args.common.transport == TransportKind::Verbs {
+            let publisher = args.role == Some(Role::Pub);
+            placed =
+                crate::verbs::stream_interface(&args.common, &cfg.verbs, &mut stream, publisher);
+            // The subscriber's device is the one its address is on.
+            if let (false, Some(dev)) = (publisher, &args.common.recv_device) {
+                cfg.verbs.device = dev.clone();
+            }
+        }
         cfg.streams.insert(name.into(), stream);
     });
     placed?;

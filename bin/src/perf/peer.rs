@@ -78,6 +78,30 @@ impl Peer {
         if let Some(port) = common.default_port {
             cmd.args(["--default-port", &port.to_string()]);
         }
+        if let Some(device) = &common.device {
+            cmd.args(["--device", device]);
+        }
+        if let Some(i) = common.gid_index {
+            cmd.args(["--gid-index", &i.to_string()]);
+        }
+        if let Some(device) = &common.recv_device {
+            cmd.args(["--recv-device", device]);
+        }
+        if let Some(interface) = common.recv_interface {
+            cmd.args(["--recv-interface", &interface.to_string()]);
+        }
+        if common.no_inline {
+            cmd.arg("--no-inline");
+        }
+        for (flag, value) in [
+            ("--max-inline", common.max_inline),
+            ("--signal-every", common.signal_every),
+            ("--recv-batch", common.recv_batch),
+        ] {
+            if let Some(n) = value {
+                cmd.args([flag, &n.to_string()]);
+            }
+        }
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

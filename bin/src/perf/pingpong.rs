@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
-use mdbus::{Bus, Event, Session};
+use mdbus::{Bus, Event, Session, TransportKind};
 use serde::Serialize;
 
 use crate::common::{pin, Common, Failure, Watchdog};
@@ -34,8 +34,8 @@ pub struct Args {
     /// Channel carrying the round trip: `session` (both directions in one
     /// session, the order-flow path) or `stream` (a stream each way,
     /// `NAME.ping` and `NAME.pong`, the market-data path). Default:
-    /// `session` on shm and tcp, `stream` on udp; tcp carries only
-    /// sessions and udp only streams.
+    /// `session` on shm, tcp and verbs, `stream` on udp; tcp and verbs
+    /// (an RC queue pair) run sessions only here, udp only streams.
     #[arg(long, value_enum)]
     pub channel: Option<Channel>,
 
@@ -93,8 +93,13 @@ impl Args {
 
     /// The channel: as given, or the transport's own.
     fn channel(&self) -> Result<Channel, Failure> {
-        use mdbus::TransportKind::{Tcp, Udp};
+        use mdbus::TransportKind::{Tcp, Udp, Verbs};
         match (self.common.transport, self.channel) {
+            (Verbs, Some(Channel::Stream)) => Err(Failure::Usage(
+                "--transport verbs runs the round trip on an RC session; its UD multicast \
+                 streams are measured by mcast"
+                    .into(),
+            )),
             (Udp, Some(Channel::Session)) => Err(Failure::Usage(
                 "--transport udp carries streams (UDP multicast); a session runs on --transport tcp"
                     .into(),
@@ -122,9 +127,11 @@ struct Report {
 
 /// Runs the command.
 pub fn run(args: &Args) -> Result<(), Failure> {
-    crate::transport::check(args.common.transport)?;
+    // The channel first: a usage error whatever the machine has.
+    let channel = args.channel()?;
+    crate::transport::ready(&args.common)?;
     let mut args = args.clone();
-    args.channel = Some(args.channel()?);
+    args.channel = Some(channel);
     if args.role.is_none() {
         args.common.default_port = crate::ip::pick_default_port(&args.common)?;
     }
@@ -185,7 +192,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
                 connect_timeout: timeout,
                 ..cfg.session(name)
             };
-            placed = crate::ip::session(&args.common, &mut session);
+            placed = crate::ip::session(&args.common, &cfg.verbs, &mut session);
             cfg.sessions.insert(name.into(), session);
         }
         Channel::Stream => {
@@ -482,7 +489,7 @@ fn print(
     };
     let (ping, _) = stream_names(name);
     let channel = match report.channel {
-        Channel::Session if crate::ip::is_ip(args.common.transport) => {
+        Channel::Session if crate::ip::has_ports(args.common.transport) => {
             format!("session `{name}` at {}", bus.config().session(name).address)
         }
         Channel::Session => format!("session `{name}`"),
@@ -500,6 +507,9 @@ fn print(
         "{} round trips measured after {} warm-up, wait {}",
         report.iters, report.warmup, args.common.wait
     );
+    if args.common.transport == TransportKind::Verbs {
+        println!("{}", crate::verbs::describe(&bus.config().verbs));
+    }
     let p = report.rtt_ns;
     println!();
     println!(

@@ -1,5 +1,7 @@
 //! `mdbus-perf throughput`: one sending process, one receiving process, one
-//! channel: a stream on `shm` and `udp`, a session on `tcp`.
+//! channel: a stream on `shm` and `udp`, a session on `tcp` and `verbs`
+//! (an RC queue pair whose sends ask for a completion every
+//! `--signal-every`th only).
 //!
 //! The sender writes `--count` messages of `--size` bytes (a counter in the
 //! first 8) as fast as it can, or at `--rate`, then closes the channel. The
@@ -65,10 +67,12 @@ pub struct Args {
     /// Messages the stream retains (a power of two): how far a shm
     /// subscriber may fall behind before it loses messages, and the udp
     /// publisher's window for retransmission. A shm run with --count at
-    /// most this large cannot lose any. On tcp: messages in flight before
-    /// the sender waits.
-    #[arg(long, default_value_t = 65536)]
-    pub capacity: usize,
+    /// most this large cannot lose any. On tcp and verbs: messages in
+    /// flight before the sender waits (on verbs, the receive buffers
+    /// posted and the send queue's depth, which the device bounds).
+    /// Default: 65536; 4096 on verbs.
+    #[arg(long)]
+    pub capacity: Option<usize>,
 
     /// udp: messages per flush. 1 sends each message in a datagram of its
     /// own as it is published; N packs messages into datagrams (autoflush
@@ -113,6 +117,13 @@ impl Args {
         })
     }
 
+    fn capacity(&self) -> usize {
+        self.capacity.unwrap_or(match self.common.transport {
+            TransportKind::Verbs => 4096,
+            _ => 65536,
+        })
+    }
+
     fn count(&self) -> u64 {
         self.count.unwrap_or(match self.common.transport {
             TransportKind::Shm => 10_000_000,
@@ -120,9 +131,12 @@ impl Args {
         })
     }
 
-    /// `tcp` carries a session, everything else a stream.
+    /// `tcp` and `verbs` carry a session, everything else a stream.
     fn channel(&self) -> Channel {
-        if self.common.transport == TransportKind::Tcp {
+        if matches!(
+            self.common.transport,
+            TransportKind::Tcp | TransportKind::Verbs
+        ) {
             Channel::Session
         } else {
             Channel::Stream
@@ -173,7 +187,7 @@ struct PublisherReport {
 
 /// Runs the command.
 pub fn run(args: &Args) -> Result<(), Failure> {
-    crate::transport::check(args.common.transport)?;
+    crate::transport::ready(&args.common)?;
     let mut args = args.clone();
     if args.role.is_none() {
         args.common.default_port = crate::ip::pick_default_port(&args.common)?;
@@ -227,7 +241,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "--rate".into(),
                 args.rate.to_string(),
                 "--capacity".into(),
-                args.capacity.to_string(),
+                args.capacity().to_string(),
                 "--batch".into(),
                 args.batch.to_string(),
             ];
@@ -253,7 +267,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
         Channel::Stream => {
             let mut stream = StreamConfig {
                 max_message: args.size as usize,
-                capacity: args.capacity,
+                capacity: args.capacity(),
                 // Started on its own, the subscriber may attach after the
                 // publisher's first messages.
                 late_join: LateJoin::Oldest,
@@ -266,11 +280,11 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
         Channel::Session => {
             let mut session = SessionConfig {
                 max_message: args.size as usize,
-                capacity: args.capacity,
+                capacity: args.capacity(),
                 connect_timeout: args.common.timeout(),
                 ..cfg.session(name)
             };
-            placed = crate::ip::session(&args.common, &mut session);
+            placed = crate::ip::session(&args.common, &cfg.verbs, &mut session);
             cfg.sessions.insert(name.into(), session);
         }
     });
@@ -532,7 +546,7 @@ fn receive_session(
     let mut out_of_order = 0u64;
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(peer, &args.common, "waiting for messages");
+        let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for messages");
         loop {
             match session.poll(|m| {
                 let c = counter(m.payload());
@@ -547,6 +561,16 @@ fn receive_session(
                 Err(mdbus::Error::PeerClosed { .. }) => break,
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+    // Keep this end open until the sender has exited: its close waits for
+    // the acknowledgement of its last write, which a queue pair torn down
+    // first (verbs) would leave unanswered.
+    if let Some(peer) = peer {
+        let t0 = Instant::now();
+        while !peer.has_exited()? && t0.elapsed() < args.common.timeout() {
+            interrupted()?;
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     if out_of_order > 0 {
@@ -616,8 +640,12 @@ fn print(
     };
     println!(
         "{send} {rate}, capacity {}{batch}, wait {}",
-        args.capacity, args.common.wait
+        args.capacity(),
+        args.common.wait
     );
+    if args.common.transport == TransportKind::Verbs {
+        println!("{}", crate::verbs::describe(&bus.config().verbs));
+    }
     println!();
     println!(
         "{:>12} {:>12} {:>12} {:>12} {:>12} {:>14} {:>10}",
