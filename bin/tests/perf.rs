@@ -445,7 +445,7 @@ fn verbs_options_parse_and_belong_to_verbs() {
             "--signal-every",
         ),
         (
-            &["pingpong", "--transport", "verbs", "--gid-index", "-2"],
+            &["pingpong", "--transport", "verbs", "--gid-index=-2"],
             "--gid-index",
         ),
         (
