@@ -1279,16 +1279,24 @@ impl SessionEnd for RcSession {
             while posted.is_none() && self.end.is_none() && Instant::now() < deadline {
                 posted = self.write_ctrl(CTRL_CLOSE, &word, true);
             }
+            // A peer that has already gone (its disconnect arrived) will not
+            // acknowledge: stop waiting then instead of at the deadline.
+            let mut spins = 0u32;
             if let Some(index) = posted {
                 while self.sq.completed() <= index
                     && self.end.is_none()
+                    && !self.disconnected
                     && Instant::now() < deadline
                 {
                     self.reap_sends();
+                    spins = spins.wrapping_add(1);
+                    if spins % 1024 == 0 {
+                        self.refresh_events();
+                    }
                     std::hint::spin_loop();
                 }
             }
-            if self.sq.completed() <= posted.unwrap_or(u64::MAX) {
+            if self.sq.completed() <= posted.unwrap_or(u64::MAX) && !self.disconnected {
                 log::warn!(
                     "{}: the close was not acknowledged by the peer within {} ms",
                     self.cold.channel,
