@@ -130,8 +130,10 @@ pub struct ThreadConfig {
 pub struct StreamConfig {
     /// Largest message in bytes. Fixes the slot size of the ring.
     pub max_message: usize,
-    /// Messages the publisher retains; a power of two. A subscriber more
-    /// than this many messages behind is overrun.
+    /// Messages the publisher retains; a power of two. On shared memory a
+    /// subscriber more than this many messages behind is overrun; on
+    /// datagram transports they are kept for retransmission (within 64 MiB
+    /// of payload).
     pub capacity: usize,
     /// Stamp every message with the send time.
     pub timestamps: bool,

@@ -404,7 +404,7 @@ fn ab_lines_mask_independent_loss() {
     t.netem_ingress(1, 0, "loss 5%");
     t.netem_ingress(1, 1, "loss 5%");
     let count = 200_000;
-    let (seen, _) = run(&t, 2, 65536, count);
+    let (seen, _) = run(&t, 2, 1 << 20, count);
     let s = &seen[0];
     assert_eq!(s.received, count, "{s:?}");
     assert_eq!((s.bad, s.gap_messages), (0, 0), "{s:?}");

@@ -79,9 +79,9 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             max_message: cfg.max_message,
             max_datagram,
             retain_messages: cfg.capacity,
-            // Retain `capacity` messages of average size up to a quarter of
-            // the maximum, within 64 MiB.
-            retain_bytes: (cfg.capacity * cfg.max_message.div_ceil(4))
+            // Room for `capacity` messages of the largest size, within
+            // 64 MiB; smaller messages fit more, up to `capacity`.
+            retain_bytes: (cfg.capacity * cfg.max_message)
                 .min(64 << 20)
                 .max(cfg.max_message),
             heartbeat_interval: cfg.heartbeat_interval,
