@@ -244,6 +244,9 @@ pub enum SegmentProblem {
     /// The header fails its checksum or states an impossible geometry.
     #[error("corrupt header: {0}")]
     Corrupt(&'static str),
+    /// Huge pages were required and cannot be had.
+    #[error("huge pages required but unavailable: {0}")]
+    NoHugePages(String),
     /// The segment's geometry differs from the local configuration.
     #[error("its {field} is {found}, the configuration says {configured}")]
     Mismatch {

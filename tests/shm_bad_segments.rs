@@ -169,3 +169,19 @@ fn unavailable_transport_is_one_sentence() {
     let e = Bus::new(cfg).unwrap_err().to_string();
     assert!(e.starts_with("transport verbs is not available: "), "{e}");
 }
+
+#[test]
+fn required_huge_pages_that_cannot_be_had_are_an_error() {
+    let (bus, dir) = setup("huge");
+    let mut cfg = bus.config().clone();
+    cfg.shm.huge_pages = mdbus::config::HugePages::Require;
+    cfg.shm.hugetlbfs = dir.join("no-hugetlbfs-here");
+    let e = Bus::new(cfg)
+        .unwrap()
+        .publisher("s")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(": huge pages required but unavailable: "), "{e}");
+    assert!(e.contains("no-hugetlbfs-here is not mounted"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

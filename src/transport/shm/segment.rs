@@ -202,10 +202,16 @@ impl Segment {
                 Err(why) if cfg.huge_pages == HugePages::Require => {
                     return Err(Error::Segment {
                         path: cfg.hugetlbfs.join(&file),
-                        problem: SegmentProblem::Corrupt(leak_reason(why)),
+                        problem: SegmentProblem::NoHugePages(why),
                     });
                 }
-                Err(why) => log::warn!("{channel}: huge pages not used: {why}; using normal pages"),
+                Err(why) => {
+                    // Once per process: every segment would say the same.
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        log::warn!("{channel}: huge pages not used: {why}; using normal pages")
+                    });
+                }
             }
         }
         // Any segment of this name, in either place, must be stale or absent.
@@ -491,11 +497,6 @@ fn page_size() -> usize {
     } else {
         4096
     }
-}
-
-fn leak_reason(s: String) -> &'static str {
-    // Only on a start-up failure path, once per process.
-    Box::leak(s.into_boxed_str())
 }
 
 fn new_epoch() -> u64 {
