@@ -40,8 +40,8 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, latency_histogram, nanos, note_smoke, Peer,
-    Percentiles, Result, Settings, SharedRegion, SharedSafe, Watchdog,
+    bench_err, child_init, child_role, clock_cost, latency_histogram, nanos, note_smoke,
+    selected_peers, Peer, Percentiles, Result, Settings, SharedRegion, SharedSafe, Watchdog,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -107,21 +107,7 @@ fn main() {
 }
 
 fn selected_transports() -> Result<Vec<Transport>> {
-    let Ok(list) = std::env::var("MDBUS_BENCH_PEERS") else {
-        return Ok(Transport::ALL.to_vec());
-    };
-    list.split(',')
-        .map(|name| {
-            Transport::ALL
-                .into_iter()
-                .find(|t| t.name() == name.trim())
-                .ok_or_else(|| {
-                    bench_err!(
-                        "MDBUS_BENCH_PEERS: unknown peer {name:?} (raw, iceoryx2, mdbus, mdbus-stream)"
-                    )
-                })
-        })
-        .collect()
+    selected_peers(&Transport::ALL, Transport::name)
 }
 
 /// Results of one transport.

@@ -32,8 +32,8 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
 use mdbus_benches::{
-    bench_err, child_init, child_role, nanos, note_smoke, wait_for_go, Peer, Result, Settings,
-    SharedRegion, SharedSafe, Watchdog,
+    bench_err, child_init, child_role, nanos, note_smoke, selected_peers, wait_for_go, Peer,
+    Result, Settings, SharedRegion, SharedSafe, Watchdog,
 };
 
 /// Message size in bytes.
@@ -106,19 +106,7 @@ fn main() {
 }
 
 fn selected_transports() -> Result<Vec<Transport>> {
-    let Ok(list) = std::env::var("MDBUS_BENCH_PEERS") else {
-        return Ok(Transport::ALL.to_vec());
-    };
-    list.split(',')
-        .map(|name| {
-            Transport::ALL
-                .into_iter()
-                .find(|t| t.name() == name.trim())
-                .ok_or_else(|| {
-                    bench_err!("MDBUS_BENCH_PEERS: unknown peer {name:?} (raw-spsc, mdbus)")
-                })
-        })
-        .collect()
+    selected_peers(&Transport::ALL, Transport::name)
 }
 
 fn subscribe() -> Result<()> {

@@ -162,6 +162,28 @@ impl Settings {
     }
 }
 
+/// The peers MDBUS_BENCH_PEERS names (comma-separated), or all of them;
+/// an unknown name is an error that lists the known ones.
+pub fn selected_peers<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> Result<Vec<T>> {
+    let Ok(list) = std::env::var("MDBUS_BENCH_PEERS") else {
+        return Ok(all.to_vec());
+    };
+    list.split(',')
+        .map(|want| {
+            all.iter()
+                .copied()
+                .find(|&t| name(t) == want.trim())
+                .ok_or_else(|| {
+                    let known: Vec<_> = all.iter().map(|&t| name(t)).collect();
+                    bench_err!(
+                        "MDBUS_BENCH_PEERS: unknown peer {want:?} ({})",
+                        known.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
 /// The role this process was started in, if it is a child.
 pub fn child_role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()

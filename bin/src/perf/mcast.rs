@@ -103,15 +103,8 @@ fn parse_loss(text: &str) -> Result<f64, String> {
 }
 
 /// The two sides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    /// Publishes.
-    #[value(name = "pub")]
-    Pub,
-    /// Subscribes, measures and prints.
-    #[value(name = "sub")]
-    Sub,
-}
+/// Which side a process plays: the same two as for throughput.
+pub use crate::throughput::Role;
 
 impl Args {
     /// The side this process plays when --role names one.
