@@ -41,8 +41,10 @@
 #![warn(missing_docs)]
 
 pub mod alpha;
+pub mod arbiter;
 pub mod binaryfile;
 pub mod itch;
+pub mod mdcap;
 pub mod moldudp64;
 pub mod pcap;
 pub mod synth;

@@ -1,0 +1,2 @@
+//! mdbus-relay.
+fn main() {}

@@ -1,0 +1,2 @@
+//! mdbus-replay.
+fn main() {}

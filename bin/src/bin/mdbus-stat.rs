@@ -1,0 +1,2 @@
+//! mdbus-stat.
+fn main() {}

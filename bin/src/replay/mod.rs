@@ -1,0 +1,1 @@
+//! `mdbus-replay`: captures replayed through the bus, latency histograms out.

@@ -1,0 +1,1 @@
+//! mdbus's own capture format (.mdcap): timestamped ITCH messages as the relay saw them.
