@@ -57,6 +57,8 @@ mod bus;
 pub mod clock;
 #[cfg(not(loom))]
 pub mod config;
+#[cfg(not(loom))]
+pub mod counters;
 pub mod error;
 pub mod message;
 #[cfg(not(loom))]
