@@ -1,1 +1,654 @@
 //! MoldUDP64 A/B line arbitration and gap recovery, without I/O.
+//!
+//! An exchange sends every MoldUDP64 packet twice, on line A and line B,
+//! and answers re-requests for lost messages on a unicast re-request
+//! server. An [`Arbiter`] takes every datagram received on either line or
+//! from that server ([`Line`]), and hands its [`ArbiterSink`] each message
+//! exactly once, in sequence order:
+//!
+//! - The first copy of a sequence number to arrive wins, whatever its line
+//!   ([`ArbiterCounters::wins_a`], [`wins_b`](ArbiterCounters::wins_b));
+//!   later copies are duplicates. A packet that is only partly new
+//!   delivers only its new messages.
+//! - A packet ahead of the next expected sequence number reveals a gap. It
+//!   is copied into a reorder store preallocated at construction and
+//!   delivered once the gap fills, from the other line or from the
+//!   re-request server. A heartbeat or end-of-session packet announcing a
+//!   later sequence number reveals a gap too.
+//! - A gap the other line has not filled within
+//!   [`gap_wait_ns`](ArbiterConfig::gap_wait_ns) is re-requested
+//!   ([`ArbiterSink::request`]) in requests of at most
+//!   [`max_request_messages`](ArbiterConfig::max_request_messages), at most
+//!   [`REQUESTS_IN_FLIGHT`] requests ahead of what has arrived, under a
+//!   token-bucket rate limit. A request unanswered after
+//!   [`request_timeout_ns`](ArbiterConfig::request_timeout_ns) is re-sent;
+//!   after [`max_retries`](ArbiterConfig::max_retries) re-sends without
+//!   progress the gap is unrecoverable: reported
+//!   ([`ArbiterSink::unrecoverable`]), counted and skipped, and delivery
+//!   continues after it. So is the oldest gap when the reorder store is
+//!   full.
+//! - Malformed packets (any [`PacketError`](crate::moldudp64::PacketError),
+//!   sequence number 0, a range that overflows) are counted and dropped.
+//!   A new session name mid-stream ends the old session (what is stored is
+//!   delivered, what is missing reported unrecoverable) and follows the
+//!   new one from sequence number 1.
+//!
+//! There is no I/O, no clock and no allocation after [`Arbiter::new`]:
+//! time comes in as `now_ns` (any monotonic clock), and the caller runs
+//! [`Arbiter::on_timer`] when [`Arbiter::next_deadline`] says so.
+//!
+//! ```
+//! use mdbus_feed::arbiter::{Arbiter, ArbiterConfig, ArbiterSink, Line};
+//! use mdbus_feed::moldudp64::{PacketBuilder, Request, Session};
+//!
+//! #[derive(Default)]
+//! struct Out { messages: Vec<(u64, Line)>, requests: Vec<Request> }
+//! impl ArbiterSink for Out {
+//!     fn message(&mut self, sequence: u64, line: Line, _data: &[u8]) {
+//!         self.messages.push((sequence, line));
+//!     }
+//!     fn request(&mut self, request: &Request) {
+//!         self.requests.push(*request);
+//!     }
+//! }
+//!
+//! let session = Session::new("20240102A").unwrap();
+//! let packet = |seq: u64, n: usize| {
+//!     let mut buf = [0u8; 200];
+//!     let mut b = PacketBuilder::new(&mut buf, session, seq).unwrap();
+//!     for _ in 0..n {
+//!         b.push(b"hello").unwrap();
+//!     }
+//!     b.finish().to_vec()
+//! };
+//! let config = ArbiterConfig { start_sequence: Some(1), gap_wait_ns: 0, ..ArbiterConfig::default() };
+//! let mut arb = Arbiter::new(config);
+//! let mut out = Out::default();
+//! arb.on_packet(Line::A, &packet(1, 2), 0, &mut out); // 1, 2 from A
+//! arb.on_packet(Line::B, &packet(1, 3), 5, &mut out); // 3 is new: from B
+//! arb.on_packet(Line::A, &packet(5, 1), 9, &mut out); // 4 is missing: stored, 4 requested
+//! assert_eq!(out.requests, [Request { session, sequence: 4, count: 1 }]);
+//! arb.on_packet(Line::Recovery, &packet(4, 1), 30, &mut out);
+//! let seqs: Vec<u64> = out.messages.iter().map(|m| m.0).collect();
+//! assert_eq!(seqs, [1, 2, 3, 4, 5]);
+//! assert_eq!(out.messages[2].1, Line::B);
+//! assert_eq!(arb.counters().recovered, 1);
+//! ```
+
+mod gaps;
+mod rate;
+mod store;
+
+use std::fmt;
+
+use crate::moldudp64::{Packet, PacketKind, Request, Session};
+
+pub use gaps::REQUESTS_IN_FLIGHT;
+pub use rate::BURST as REQUEST_BURST;
+
+use gaps::{Gaps, Policy};
+use rate::Bucket;
+use store::Store;
+
+/// Where a datagram came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Line {
+    /// The A multicast line.
+    A,
+    /// The B multicast line.
+    B,
+    /// The re-request server's answers.
+    Recovery,
+}
+
+impl fmt::Display for Line {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Line::A => "A",
+            Line::B => "B",
+            Line::Recovery => "recovery",
+        })
+    }
+}
+
+/// How an [`Arbiter`] behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArbiterConfig {
+    /// The only session accepted (packets of others are counted in
+    /// [`ArbiterCounters::other_session`] and dropped). `None`: adopt the
+    /// first session seen, and follow session changes.
+    pub expected_session: Option<Session>,
+    /// The first sequence number wanted. `None`: start at the first one
+    /// seen (late join); `Some(1)`: everything from the start of the
+    /// session, re-requesting what came before the first packet seen.
+    pub start_sequence: Option<u64>,
+    /// Bytes preallocated for packets that arrive ahead of a gap.
+    pub reorder_bytes: usize,
+    /// Most packets held ahead of a gap.
+    pub max_reorder_packets: usize,
+    /// A request not answered within this long is sent again.
+    pub request_timeout_ns: u64,
+    /// Re-sends of a request before its gap is declared unrecoverable.
+    pub max_retries: u32,
+    /// Most messages asked for in one request (clamped to 1..=65534).
+    pub max_request_messages: u16,
+    /// Rate limit on requests (token bucket, bursts of
+    /// [`REQUEST_BURST`]); 0: unlimited.
+    pub requests_per_second: u32,
+    /// How long a gap may wait for the other line before it is requested.
+    pub gap_wait_ns: u64,
+}
+
+impl Default for ArbiterConfig {
+    /// Any session, late join, 4 MiB / 4,096 packets of reorder store,
+    /// 20 ms request timeout, 5 retries, 1,000 messages a request, 1,000
+    /// requests a second, 200 µs wait for the other line.
+    fn default() -> Self {
+        Self {
+            expected_session: None,
+            start_sequence: None,
+            reorder_bytes: 4 << 20,
+            max_reorder_packets: 4096,
+            request_timeout_ns: 20_000_000,
+            max_retries: 5,
+            max_request_messages: 1000,
+            requests_per_second: 1000,
+            gap_wait_ns: 200_000,
+        }
+    }
+}
+
+/// Why an [`ArbiterConfig`] is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArbiterConfigError {
+    /// A field that must be positive is zero.
+    #[error("arbiter setting {field} must be at least 1")]
+    Zero {
+        /// The field.
+        field: &'static str,
+    },
+    /// `start_sequence` is 0; MoldUDP64 numbers messages from 1.
+    #[error("arbiter start_sequence must be at least 1: MoldUDP64 numbers messages from 1")]
+    StartSequenceZero,
+    /// `max_request_messages` is 0xFFFF, the end-of-session count.
+    #[error("arbiter max_request_messages must be at most 65534")]
+    RequestTooLarge,
+}
+
+impl ArbiterConfig {
+    /// Checks the values [`Arbiter::new`] would otherwise clamp.
+    ///
+    /// # Errors
+    /// The first unusable field.
+    pub fn validate(&self) -> Result<(), ArbiterConfigError> {
+        let zero = |field| Err(ArbiterConfigError::Zero { field });
+        if self.reorder_bytes == 0 {
+            return zero("reorder_bytes");
+        }
+        if self.max_reorder_packets == 0 {
+            return zero("max_reorder_packets");
+        }
+        if self.request_timeout_ns == 0 {
+            return zero("request_timeout_ns");
+        }
+        if self.max_request_messages == 0 {
+            return zero("max_request_messages");
+        }
+        if self.max_request_messages == u16::MAX {
+            return Err(ArbiterConfigError::RequestTooLarge);
+        }
+        if self.start_sequence == Some(0) {
+            return Err(ArbiterConfigError::StartSequenceZero);
+        }
+        Ok(())
+    }
+}
+
+/// Receives what an [`Arbiter`] produces.
+pub trait ArbiterSink {
+    /// A message in sequence order: its MoldUDP64 sequence number and the
+    /// message bytes (ITCH). `line` is the line whose copy was used.
+    fn message(&mut self, sequence: u64, line: Line, data: &[u8]);
+    /// A re-request to send to the upstream re-request server (unicast
+    /// UDP) now; `request.encode()` gives the datagram.
+    fn request(&mut self, request: &Request);
+    /// Messages `[first, first + count)` will never arrive: reported,
+    /// counted, skipped.
+    fn unrecoverable(&mut self, first: u64, count: u64) {
+        let _ = (first, count);
+    }
+    /// The session name changed mid-stream (counted; the arbiter resets to
+    /// the new session, expecting sequence number 1).
+    fn session_changed(&mut self, old: Session, new: Session) {
+        let _ = (old, new);
+    }
+    /// End of session (count 0xFFFF) reached in sequence.
+    fn end_of_session(&mut self) {}
+}
+
+/// What an [`Arbiter`] has seen and done. Message counters count
+/// messages, the others packets or events.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArbiterCounters {
+    /// Datagrams received on line A (malformed ones included).
+    pub packets_a: u64,
+    /// Datagrams received on line B.
+    pub packets_b: u64,
+    /// Datagrams received from the re-request server.
+    pub packets_recovery: u64,
+    /// Heartbeats (count 0).
+    pub heartbeats: u64,
+    /// Messages delivered to the sink.
+    pub messages: u64,
+    /// Messages delivered from line A's copy.
+    pub wins_a: u64,
+    /// Messages delivered from line B's copy.
+    pub wins_b: u64,
+    /// Messages delivered from the re-request server's copy.
+    pub wins_recovery: u64,
+    /// Packets with no new message (already delivered or stored).
+    pub duplicate_packets: u64,
+    /// Messages received again after their first copy.
+    pub duplicate_messages: u64,
+    /// Gaps: runs of missing sequence numbers, counted when revealed.
+    pub gaps: u64,
+    /// Messages missing when their gap was revealed.
+    pub gap_messages: u64,
+    /// Request packets sent, re-sends included.
+    pub requests_sent: u64,
+    /// Request packets re-sent after a timeout.
+    pub request_retries: u64,
+    /// Times a due request was held back by the rate limit.
+    pub requests_rate_limited: u64,
+    /// Messages that filled a gap (from the other line or the re-request
+    /// server).
+    pub recovered: u64,
+    /// Messages declared unrecoverable and skipped.
+    pub unrecoverable: u64,
+    /// Packets rejected as malformed.
+    pub malformed: u64,
+    /// Session changes followed.
+    pub session_changes: u64,
+    /// Packets from a session other than the one followed (the configured
+    /// session, or the one before a change).
+    pub other_session: u64,
+    /// Line A/B packets whose sequence number is below the previous
+    /// packet's on the same line (stale or reordered).
+    pub backwards: u64,
+    /// Times the reorder store was full and the oldest gap was declared
+    /// unrecoverable to make room.
+    pub reorder_overflow: u64,
+    /// Ends of session reached.
+    pub end_of_session: u64,
+}
+
+/// MoldUDP64 A/B arbitration with gap recovery; see the [module
+/// documentation](self).
+#[derive(Debug)]
+pub struct Arbiter {
+    config: ArbiterConfig,
+    policy: Policy,
+    session: Option<Session>,
+    /// The session followed before the last change: its stragglers are
+    /// ignored rather than taken for another change.
+    previous_session: Option<Session>,
+    started: bool,
+    /// Next sequence number to deliver.
+    expected: u64,
+    /// Sequence number after the highest one known to exist.
+    high: u64,
+    /// Sequence number of the previous packet on A and on B.
+    last_sequence: [Option<u64>; 2],
+    /// Sequence number the end-of-session packet announced.
+    end_at: Option<u64>,
+    ended: bool,
+    store: Store,
+    gaps: Gaps,
+    bucket: Bucket,
+    counters: ArbiterCounters,
+}
+
+impl Arbiter {
+    /// An arbiter with every buffer allocated. Values that
+    /// [`ArbiterConfig::validate`] rejects are clamped into range.
+    pub fn new(config: ArbiterConfig) -> Self {
+        let max_packets = config.max_reorder_packets.max(1);
+        let mut a = Self {
+            policy: Policy::new(&config),
+            session: config.expected_session,
+            previous_session: None,
+            started: false,
+            expected: 0,
+            high: 0,
+            last_sequence: [None; 2],
+            end_at: None,
+            ended: false,
+            store: Store::new(config.reorder_bytes, max_packets),
+            // Gaps never outnumber stored packets by more than one; one
+            // more slot for the moment a split precedes the store.
+            gaps: Gaps::new(max_packets + 2),
+            bucket: Bucket::new(config.requests_per_second),
+            counters: ArbiterCounters::default(),
+            config,
+        };
+        if let (Some(_), Some(start)) = (a.session, a.config.start_sequence) {
+            a.start_at(start.max(1));
+        }
+        a
+    }
+
+    /// One received datagram from a line. Delivers every message that is
+    /// now in order to `sink` (and sends requests that are due).
+    pub fn on_packet(
+        &mut self,
+        line: Line,
+        datagram: &[u8],
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) {
+        match line {
+            Line::A => self.counters.packets_a += 1,
+            Line::B => self.counters.packets_b += 1,
+            Line::Recovery => self.counters.packets_recovery += 1,
+        }
+        let Ok(packet) = Packet::parse_strict(datagram) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        let first = packet.sequence();
+        let Some(end) = first.checked_add(u64::from(packet.message_count())) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if first == 0 {
+            self.counters.malformed += 1;
+            return;
+        }
+        if !self.follow_session(packet.session(), sink) {
+            self.counters.other_session += 1;
+            return;
+        }
+        if !self.started {
+            self.start_at(self.config.start_sequence.unwrap_or(first).max(1));
+        }
+        if let Some(i) = match line {
+            Line::A => Some(0),
+            Line::B => Some(1),
+            Line::Recovery => None,
+        } {
+            if self.last_sequence[i].is_some_and(|prev| first < prev) {
+                self.counters.backwards += 1;
+            }
+            self.last_sequence[i] = Some(first);
+        }
+        match packet.kind() {
+            PacketKind::Heartbeat => {
+                self.counters.heartbeats += 1;
+                self.reveal(first, now_ns);
+            }
+            PacketKind::EndOfSession => {
+                if self.end_at.is_none() {
+                    self.end_at = Some(first);
+                }
+                self.reveal(first, now_ns);
+                self.drain(sink);
+            }
+            PacketKind::Messages => self.on_messages(line, packet, first, end, now_ns, sink),
+        }
+        if self
+            .gaps
+            .next_deadline(&self.policy, &self.bucket)
+            .is_some_and(|due| due <= now_ns)
+        {
+            self.on_timer(now_ns, sink);
+        }
+    }
+
+    /// Timers: sends due requests (and retries), declares gaps
+    /// unrecoverable after `max_retries`, then delivers what follows.
+    pub fn on_timer(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        let Some(session) = self.session else {
+            return;
+        };
+        if self.gaps.is_empty() {
+            return;
+        }
+        let died = self.gaps.service(
+            now_ns,
+            &self.policy,
+            session,
+            &mut self.bucket,
+            &mut self.counters,
+            sink,
+        );
+        if died {
+            self.drain(sink);
+        }
+    }
+
+    /// When [`Arbiter::on_timer`] next needs to run (`None`: nothing
+    /// pending). May be in the past: run it now.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.gaps.next_deadline(&self.policy, &self.bucket)
+    }
+
+    /// The next sequence number to deliver (0 before the first packet).
+    pub fn expected_sequence(&self) -> u64 {
+        self.expected
+    }
+
+    /// The session followed, once known.
+    pub fn session(&self) -> Option<Session> {
+        self.session
+    }
+
+    /// What has happened so far.
+    pub fn counters(&self) -> &ArbiterCounters {
+        &self.counters
+    }
+
+    /// Packets held in the reorder store.
+    pub fn stored_packets(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Gaps open (waiting for the other line, requested, or unrecoverable
+    /// and waiting for delivery to reach them).
+    pub fn open_gaps(&self) -> usize {
+        self.gaps.len()
+    }
+
+    /// True once the end-of-session packet has been reached in sequence.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    fn start_at(&mut self, sequence: u64) {
+        self.started = true;
+        self.expected = sequence;
+        self.high = sequence;
+    }
+
+    /// Decides whether a packet of `session` is processed, following a
+    /// change of session if there is one.
+    fn follow_session(&mut self, session: Session, sink: &mut impl ArbiterSink) -> bool {
+        let Some(current) = self.session else {
+            self.session = Some(session);
+            return true;
+        };
+        if current == session {
+            return true;
+        }
+        if self.config.expected_session.is_some() || self.previous_session == Some(session) {
+            return false;
+        }
+        // The old session is over: deliver what is stored, report what
+        // is missing, then follow the new one from its start.
+        self.gaps.kill_all();
+        self.drain(sink);
+        self.store.clear();
+        self.gaps.clear();
+        self.counters.session_changes += 1;
+        sink.session_changed(current, session);
+        self.previous_session = Some(current);
+        self.session = Some(session);
+        self.last_sequence = [None; 2];
+        self.end_at = None;
+        self.ended = false;
+        self.start_at(1);
+        true
+    }
+
+    /// Sequence numbers up to `next` exist: anything not seen is a gap.
+    fn reveal(&mut self, next: u64, now_ns: u64) {
+        if next > self.high {
+            if self.gaps.open(self.high, next, now_ns) {
+                self.counters.gaps += 1;
+            }
+            self.counters.gap_messages += next - self.high;
+            self.high = next;
+        }
+    }
+
+    fn on_messages(
+        &mut self,
+        line: Line,
+        packet: Packet<'_>,
+        first: u64,
+        end: u64,
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) {
+        let count = end - first;
+        if end <= self.expected {
+            self.counters.duplicate_packets += 1;
+            self.counters.duplicate_messages += count;
+            return;
+        }
+        let len = packet.as_bytes().len();
+        if first > self.expected && !self.store.fits(len) {
+            self.counters.reorder_overflow += 1;
+            self.make_room(first, len, now_ns, sink);
+            if end <= self.expected {
+                self.counters.duplicate_packets += 1;
+                self.counters.duplicate_messages += count;
+                return;
+            }
+        }
+        let old_high = self.high;
+        self.reveal(first, now_ns);
+        let above = end.saturating_sub(first.max(old_high));
+        let filled = self.gaps.fill(first, end.min(old_high));
+        self.high = self.high.max(end);
+        if filled + above == 0 {
+            self.counters.duplicate_packets += 1;
+            self.counters.duplicate_messages += count;
+            return;
+        }
+        self.counters.recovered += filled;
+        if first <= self.expected {
+            let from = self.expected;
+            self.counters.duplicate_messages += from - first;
+            deliver(packet, line, from, &mut self.counters, sink);
+            self.expected = end;
+            self.drain(sink);
+        } else {
+            // `make_room` left room, or the packet is now in sequence.
+            let stored = self.store.insert(first, end, line, packet.as_bytes());
+            debug_assert!(stored, "reorder store refused a packet that fits");
+        }
+    }
+
+    /// The store cannot take a packet starting at `first`: declare the
+    /// oldest gaps unrecoverable (delivering what they held back) until it
+    /// can, or until the packet is in sequence.
+    fn make_room(&mut self, first: u64, len: usize, now_ns: u64, sink: &mut impl ArbiterSink) {
+        while first > self.expected && !self.store.fits(len) {
+            if self.gaps.front().is_some() {
+                self.skip_front_gap(sink);
+                self.drain(sink);
+            } else {
+                // Nothing before the packet is known to be missing yet,
+                // but it is, and there is nowhere to wait for it.
+                self.reveal(first, now_ns);
+                self.skip_front_gap(sink);
+                self.drain(sink);
+            }
+        }
+    }
+
+    fn skip_front_gap(&mut self, sink: &mut impl ArbiterSink) {
+        if let Some(g) = self.gaps.pop_front() {
+            let from = g.first.max(self.expected);
+            if g.end > from {
+                let n = g.end - from;
+                self.counters.unrecoverable += n;
+                sink.unrecoverable(from, n);
+                self.expected = g.end;
+            }
+        }
+    }
+
+    /// Delivers what the store holds in sequence, skipping dead gaps.
+    fn drain(&mut self, sink: &mut impl ArbiterSink) {
+        loop {
+            if let Some(e) = self.store.front() {
+                if e.end <= self.expected {
+                    self.counters.duplicate_packets += 1;
+                    self.counters.duplicate_messages += e.end - e.first;
+                    self.store.pop_front();
+                    continue;
+                }
+                if e.first <= self.expected {
+                    let from = self.expected;
+                    self.counters.duplicate_messages += from - e.first;
+                    if let Ok(p) = Packet::parse(self.store.bytes(&e)) {
+                        deliver(p, e.line, from, &mut self.counters, sink);
+                    }
+                    self.expected = e.end;
+                    self.store.pop_front();
+                    continue;
+                }
+            }
+            if self
+                .gaps
+                .front()
+                .is_some_and(|g| g.dead && g.first <= self.expected)
+            {
+                self.skip_front_gap(sink);
+                continue;
+            }
+            break;
+        }
+        if let Some(at) = self.end_at {
+            if !self.ended && self.expected >= at {
+                self.ended = true;
+                self.counters.end_of_session += 1;
+                sink.end_of_session();
+            }
+        }
+    }
+}
+
+/// Hands the messages of `packet` from sequence number `from` on to the
+/// sink. The packet was validated when it arrived.
+fn deliver(
+    packet: Packet<'_>,
+    line: Line,
+    from: u64,
+    counters: &mut ArbiterCounters,
+    sink: &mut impl ArbiterSink,
+) {
+    for block in packet.messages().flatten() {
+        if block.sequence < from {
+            continue;
+        }
+        sink.message(block.sequence, line, block.data);
+        counters.messages += 1;
+        match line {
+            Line::A => counters.wins_a += 1,
+            Line::B => counters.wins_b += 1,
+            Line::Recovery => counters.wins_recovery += 1,
+        }
+    }
+}
