@@ -8,6 +8,7 @@ mod common;
 mod fuzz;
 mod itch;
 mod itchy_crosscheck;
+mod mdcap;
 mod moldudp64;
 mod pcap;
 mod synth;
