@@ -1,0 +1,1 @@
+//! The `mdbus-relay` command line.

@@ -1,0 +1,1 @@
+//! `mdbus-relay --demo`.

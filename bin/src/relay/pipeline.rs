@@ -1,0 +1,249 @@
+//! The relay's per-message path, without I/O of its own: messages in
+//! sequence order are checked, routed and published; each inbound datagram
+//! is timed from its arrival to the end of its publishing.
+//!
+//! Nothing here allocates per message: publishers write into their
+//! preallocated rings or send buffers, the router indexes its table, the
+//! counters are plain integers and the histogram is allocated once.
+
+use mdbus::metrics::Latency;
+use mdbus::Publisher;
+use mdbus_feed::itch;
+use mdbus_feed::moldudp64::Session;
+
+use super::passthrough::Passthrough;
+use super::payload;
+use super::route::{Route, Router};
+use super::stats::{self, Local, Snapshot, Upstream};
+
+/// Highest latency the histogram resolves (larger values are clamped and
+/// counted): 10 s.
+const LATENCY_MAX_NS: u64 = 10_000_000_000;
+
+/// Routing and publishing of messages in sequence order.
+#[derive(Debug)]
+pub struct Pipeline {
+    router: Router,
+    publishers: Vec<Publisher>,
+    names: Vec<String>,
+    per_stream: Vec<u64>,
+    local: Local,
+    latency: Latency,
+    passthrough: Option<Passthrough>,
+    /// Arrival of the datagram being handled (`CLOCK_REALTIME`, ns).
+    arrival_ns: u64,
+    /// Messages published for the datagram being handled.
+    published_in_packet: u64,
+    /// Session of the datagrams being handled (for the pass-through).
+    session: Session,
+    warned_publish: bool,
+}
+
+impl Pipeline {
+    /// A pipeline publishing on `publishers` (one per stream, in the order
+    /// the router numbers them).
+    pub fn new(
+        router: Router,
+        publishers: Vec<Publisher>,
+        passthrough: Option<Passthrough>,
+    ) -> Self {
+        let names: Vec<String> = publishers.iter().map(|p| p.name().to_string()).collect();
+        Pipeline {
+            router,
+            per_stream: vec![0; publishers.len()],
+            publishers,
+            names,
+            local: Local::default(),
+            latency: Latency::new(LATENCY_MAX_NS),
+            passthrough,
+            arrival_ns: 0,
+            published_in_packet: 0,
+            session: Session::BLANK,
+            warned_publish: false,
+        }
+    }
+
+    /// The streams' names, in routing order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Starts a datagram that arrived at `arrival_ns` (`CLOCK_REALTIME`).
+    #[inline]
+    pub fn begin_packet(&mut self, arrival_ns: u64) {
+        self.arrival_ns = arrival_ns;
+        self.published_in_packet = 0;
+    }
+
+    /// Sets the session whose messages follow (pass-through only).
+    #[inline]
+    pub fn set_session(&mut self, session: Session) {
+        self.session = session;
+    }
+
+    /// The session of the messages being handled.
+    pub fn session(&self) -> Session {
+        self.session
+    }
+
+    /// Ends the datagram: flushes batched sends and records the latency
+    /// from its arrival, if any of its messages was published.
+    #[inline]
+    pub fn end_packet(&mut self) {
+        if self.published_in_packet == 0 {
+            return;
+        }
+        for p in &mut self.publishers {
+            if p.flush().is_err() {
+                self.local.publish_errors += 1;
+            }
+        }
+        if let Some(pt) = &mut self.passthrough {
+            pt.flush();
+        }
+        let done = mdbus::clock::now_ns();
+        self.latency.record(done.saturating_sub(self.arrival_ns));
+        self.local.timed_packets += 1;
+    }
+
+    /// One message, in sequence order.
+    #[inline]
+    pub fn message(&mut self, sequence: u64, data: &[u8]) {
+        self.local.messages_in += 1;
+        let ok = match data.first() {
+            Some(&t) => itch::len_for(t) == Some(data.len()),
+            None => false,
+        };
+        if !ok {
+            self.local.bad_messages += 1;
+            return;
+        }
+        if let Some(pt) = &mut self.passthrough {
+            pt.push(self.session, sequence, data);
+        }
+        match self.router.route(data) {
+            Route::Stream(s) => self.publish(usize::from(s), sequence, data),
+            Route::All => {
+                for s in 0..self.publishers.len() {
+                    self.publish(s, sequence, data);
+                }
+            }
+            Route::DropUnknown | Route::DropUnmatched => self.local.unrouted += 1,
+        }
+    }
+
+    #[inline]
+    fn publish(&mut self, stream: usize, sequence: u64, data: &[u8]) {
+        let Some(p) = self.publishers.get_mut(stream) else {
+            self.local.unrouted += 1;
+            return;
+        };
+        let arrival = self.arrival_ns;
+        let result = p.claim(payload::HEADER_LEN + data.len()).and_then(|mut c| {
+            payload::write(&mut c, sequence, data);
+            c.commit_with_timestamp(arrival)
+        });
+        match result {
+            Ok(_) => {
+                self.per_stream[stream] += 1;
+                self.local.messages_out += 1;
+                self.published_in_packet += 1;
+            }
+            Err(e) => {
+                self.local.publish_errors += 1;
+                if !self.warned_publish {
+                    self.warned_publish = true;
+                    log::warn!("publishing failed (counted in publish_errors; reported once): {e}");
+                }
+            }
+        }
+    }
+
+    /// Publishers' idle duties (datagram transports: retransmissions and
+    /// heartbeats) and the pass-through heartbeat; `now_ns` is monotonic.
+    pub fn idle(&mut self, now_ns: u64) {
+        for p in &mut self.publishers {
+            if p.service().is_err() {
+                self.local.publish_errors += 1;
+            }
+        }
+        if let Some(pt) = &mut self.passthrough {
+            pt.idle(now_ns);
+        }
+    }
+
+    /// Notes a pass-through send time (monotonic) after a datagram.
+    pub fn mark_sent(&mut self, now_ns: u64) {
+        if let Some(pt) = &mut self.passthrough {
+            if self.published_in_packet > 0 {
+                pt.sent_at(now_ns);
+            }
+        }
+    }
+
+    /// The upstream session ended.
+    pub fn end_of_session(&mut self, now_ns: u64) {
+        if let Some(pt) = &mut self.passthrough {
+            pt.end_of_session(now_ns);
+        }
+    }
+
+    /// A new session began: locates are named again.
+    pub fn new_session(&mut self, session: Session) {
+        self.session = session;
+        self.router.clear();
+    }
+
+    /// The relay's own counters, with the pass-through's.
+    pub fn local(&self) -> Local {
+        let mut l = self.local;
+        if let Some(pt) = &self.passthrough {
+            l.passthrough_packets = pt.packets;
+            l.passthrough_errors = pt.errors;
+        }
+        l
+    }
+
+    /// Messages published per stream.
+    pub fn per_stream(&self) -> &[u64] {
+        &self.per_stream
+    }
+
+    /// The latency histogram.
+    pub fn latency(&self) -> &Latency {
+        &self.latency
+    }
+
+    /// Writes every counter into `file`. No allocation.
+    pub fn publish_counters(
+        &self,
+        file: &mdbus::counters::CountersFile,
+        up: &Upstream,
+        now_ns: u64,
+    ) {
+        stats::publish(
+            file,
+            up,
+            &self.local(),
+            &self.per_stream,
+            &self.latency,
+            now_ns,
+        );
+    }
+
+    /// A snapshot of every counter.
+    pub fn snapshot(&self, up: &Upstream) -> Snapshot {
+        stats::snapshot(
+            up,
+            &self.local(),
+            &self.names,
+            &self.per_stream,
+            &self.latency,
+        )
+    }
+
+    /// The publishers, e.g. to close them in order.
+    pub fn into_publishers(self) -> Vec<Publisher> {
+        self.publishers
+    }
+}
