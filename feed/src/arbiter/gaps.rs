@@ -202,12 +202,15 @@ impl Gaps {
         sink: &mut impl ArbiterSink,
     ) -> bool {
         let mut died = false;
+        // Once the rate limit holds a request back, later gaps send
+        // nothing this round, but can still run out of retries.
+        let mut blocked = false;
         for g in &mut self.list {
             if g.dead {
                 continue;
             }
             if !g.waited {
-                if now_ns < g.seen_ns.saturating_add(policy.gap_wait_ns) {
+                if blocked || now_ns < g.seen_ns.saturating_add(policy.gap_wait_ns) {
                     continue;
                 }
                 g.waited = true;
@@ -225,13 +228,17 @@ impl Gaps {
                     died = true;
                     continue;
                 }
+                if blocked {
+                    continue;
+                }
                 g.tries += 1;
                 g.sent_upto = g.first;
             }
-            while g.sent_upto < window_end {
+            while !blocked && g.sent_upto < window_end {
                 if !bucket.take(now_ns) {
                     counters.requests_rate_limited += 1;
-                    return died;
+                    blocked = true;
+                    break;
                 }
                 let count = (window_end - g.sent_upto).min(policy.max_request);
                 sink.request(&Request {
@@ -258,12 +265,20 @@ impl Gaps {
             if g.dead {
                 continue;
             }
+            // Whatever needs a request also needs a token.
             let due = if !g.waited {
-                g.seen_ns.saturating_add(policy.gap_wait_ns)
+                g.seen_ns
+                    .saturating_add(policy.gap_wait_ns)
+                    .max(bucket.ready_ns())
             } else if g.tries == 0 || g.sent_upto < g.window_end(policy.window) {
                 bucket.ready_ns()
             } else {
-                g.sent_ns.saturating_add(policy.timeout_ns)
+                let timeout = g.sent_ns.saturating_add(policy.timeout_ns);
+                if g.tries > policy.max_retries {
+                    timeout
+                } else {
+                    timeout.max(bucket.ready_ns())
+                }
             };
             next = Some(next.map_or(due, |n| n.min(due)));
         }

@@ -3,6 +3,7 @@
 //! cross-checks against independent decoders (the `itchy` crate, tshark).
 
 mod alloc;
+mod arbiter;
 mod binaryfile;
 mod common;
 mod fuzz;
