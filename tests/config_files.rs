@@ -6,7 +6,8 @@ fn every_example_config_parses() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        // relay.toml configures mdbus-relay, not a bus: bin/tests/relay_config.rs checks it.
+        if path.extension().is_some_and(|e| e == "toml") && !path.ends_with("relay.toml") {
             if let Err(e) = mdbus::Config::from_file(&path) {
                 panic!("{e}");
             }
