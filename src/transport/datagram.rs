@@ -16,10 +16,18 @@ pub trait DatagramLink: Send {
     /// transport's own headers).
     fn max_datagram(&self) -> usize;
 
-    /// Sends `bytes` to the group. A datagram that cannot be sent right now
+    /// Sends `bytes` to the group, at once or queued until
+    /// [`flush`](Self::flush). A datagram that cannot be sent right now
     /// (full send queue) is counted and dropped by the link, never waited
     /// for: a stream does not stall its publisher.
     fn send_group(&mut self, bytes: &[u8]) -> Result<()>;
+
+    /// Sends what `send_group` queued, for links that batch datagrams into
+    /// one system call. A stream calls it when it flushes; a link that sends
+    /// at once has nothing to do.
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     /// Sends `bytes` to one peer (retransmit requests and replies).
     fn send_to(&mut self, peer: Self::Peer, bytes: &[u8]) -> Result<()>;

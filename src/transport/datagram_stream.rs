@@ -134,6 +134,15 @@ fn send_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>, d: &[u
     }
 }
 
+/// Sends what the lines queued, keeping the first error.
+fn flush_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>) {
+    for l in lines.iter_mut() {
+        if let Err(e) = l.flush() {
+            failed.get_or_insert(e);
+        }
+    }
+}
+
 impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     fn max_message(&self) -> usize {
         self.core.max_message()
@@ -160,6 +169,7 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
             .map_err(|e| publish_error(&self.channel, e))?;
         if self.autoflush {
             self.core.flush(now, |d| send_all(lines, failed, d));
+            flush_all(lines, failed);
         }
         self.take_failure()?;
         Ok(seq)
@@ -169,6 +179,7 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
         let (lines, failed) = (&mut self.lines, &mut self.failed);
         self.core
             .flush(monotonic_ns(), |d| send_all(lines, failed, d));
+        flush_all(lines, failed);
         self.take_failure()
     }
 
@@ -176,6 +187,7 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
         let now = monotonic_ns();
         let (lines, failed) = (&mut self.lines, &mut self.failed);
         self.core.tick(now, |d| send_all(lines, failed, d));
+        flush_all(lines, failed);
         for i in 0..self.lines.len() {
             for _ in 0..REQUESTS_PER_SERVICE {
                 // Copy the (small) request out so the link is free to send
@@ -209,6 +221,7 @@ impl<L: DatagramLink> Drop for DatagramPublisher<L> {
         let (lines, failed) = (&mut self.lines, &mut self.failed);
         self.core
             .close(monotonic_ns(), |d| send_all(lines, failed, d));
+        flush_all(lines, failed);
     }
 }
 
@@ -474,6 +487,9 @@ mod udp_tests {
         }
         fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
             self.inner.send_group(bytes)
+        }
+        fn flush(&mut self) -> Result<()> {
+            self.inner.flush()
         }
         fn send_to(&mut self, peer: SocketAddrV4, bytes: &[u8]) -> Result<()> {
             self.inner.send_to(peer, bytes)

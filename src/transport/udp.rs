@@ -5,7 +5,9 @@
 //! and replies with single peers, and, for subscribers, a socket bound to
 //! the group's address and port and joined to it. Both are non-blocking and
 //! polled with `recvmmsg`, so one system call returns a batch of datagrams
-//! into buffers allocated once.
+//! into buffers allocated once. Datagrams to the group are queued in a
+//! preallocated batch and leave with one `sendmmsg` when the batch is full
+//! or the stream flushes.
 
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -149,6 +151,93 @@ impl RxBatch {
     }
 }
 
+/// Preallocated `sendmmsg` state: datagrams to the group queued until the
+/// batch is full or the stream flushes.
+struct TxBatch {
+    bufs: Box<[u8]>,
+    slot: usize,
+    iov: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    /// Boxed so the headers' pointer to it stays valid when the batch moves.
+    group: Box<libc::sockaddr_in>,
+    queued: usize,
+}
+
+impl TxBatch {
+    fn new(slot: usize, group: SocketAddrV4) -> TxBatch {
+        let mut b = TxBatch {
+            bufs: vec![0u8; slot * BATCH].into_boxed_slice(),
+            slot,
+            // SAFETY: iovec, mmsghdr and sockaddr_in are plain C structs for
+            // which all-zero is a valid value.
+            iov: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            group: Box::new(unsafe { zeroed() }),
+            queued: 0,
+        };
+        b.group.sin_family = libc::AF_INET as libc::sa_family_t;
+        b.group.sin_port = group.port().to_be();
+        b.group.sin_addr.s_addr = u32::from(*group.ip()).to_be();
+        for i in 0..BATCH {
+            b.iov[i].iov_base = b.bufs[i * slot..].as_mut_ptr().cast();
+            b.hdrs[i].msg_hdr.msg_iov = &mut b.iov[i];
+            b.hdrs[i].msg_hdr.msg_iovlen = 1;
+            b.hdrs[i].msg_hdr.msg_name = (&mut *b.group as *mut libc::sockaddr_in).cast();
+            b.hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        }
+        b
+    }
+
+    /// Copies `bytes` into the next slot; true when the batch is now full.
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) -> bool {
+        let i = self.queued;
+        self.bufs[i * self.slot..i * self.slot + bytes.len()].copy_from_slice(bytes);
+        self.iov[i].iov_len = bytes.len();
+        self.queued += 1;
+        self.queued == BATCH
+    }
+
+    /// Sends what is queued without blocking. Returns how many datagrams the
+    /// kernel would not take now (full socket buffer), which are dropped.
+    fn send(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
+        let mut sent = 0;
+        let mut dropped = 0;
+        while sent < self.queued {
+            // SAFETY: `hdrs[sent..queued]` point at buffers, iovecs and the
+            // group address owned by `self`, which outlive the call;
+            // MSG_DONTWAIT makes it non-blocking.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.hdrs[sent..].as_mut_ptr(),
+                    (self.queued - sent) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::Interrupted => continue,
+                    std::io::ErrorKind::WouldBlock => {}
+                    _ if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                    _ => {
+                        self.queued = 0;
+                        return Err(e);
+                    }
+                }
+                dropped = self.queued - sent;
+                break;
+            }
+            sent += r as usize;
+        }
+        self.queued = 0;
+        Ok(dropped)
+    }
+}
+
 /// Asks for a large receive buffer, so bursts survive a poller that was
 /// descheduled for a moment: beyond `net.core.rmem_max` when the process may
 /// (`SO_RCVBUFFORCE` needs CAP_NET_ADMIN), else as much as the limit allows.
@@ -180,11 +269,12 @@ pub struct UdpLink {
     max_datagram: usize,
     uni_rx: RxBatch,
     group_batch: Option<RxBatch>,
+    tx: TxBatch,
     dropped: u64,
     polls: u32,
 }
 
-// SAFETY: the raw pointers inside the receive batches point into boxes the
+// SAFETY: the raw pointers inside the send and receive batches point into boxes the
 // link owns and moves with it; the link is used by one thread at a time.
 unsafe impl Send for UdpLink {}
 
@@ -259,6 +349,7 @@ impl UdpLink {
                 .map(|_| RxBatch::new(RX_SLOT.min(max_datagram.max(2048)))),
             group_rx,
             group: line.group.into(),
+            tx: TxBatch::new(max_datagram.clamp(1, RX_SLOT), line.group),
             max_datagram,
             uni_rx: RxBatch::new(RX_SLOT.min(max_datagram.max(2048))),
             dropped: 0,
@@ -302,8 +393,35 @@ impl DatagramLink for UdpLink {
 
     #[inline]
     fn send_group(&mut self, bytes: &[u8]) -> Result<()> {
-        let group = self.group.clone();
-        self.send(bytes, &group)
+        if bytes.len() > self.tx.slot {
+            // Larger than the link's datagrams: sent on its own, where the
+            // kernel gives it a clear error.
+            self.flush()?;
+            let group = self.group.clone();
+            return self.send(bytes, &group);
+        }
+        if self.tx.push(bytes) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<()> {
+        if self.tx.queued == 0 {
+            return Ok(());
+        }
+        match self.tx.send(self.uni.as_raw_fd()) {
+            Ok(dropped) => {
+                self.dropped += dropped as u64;
+                Ok(())
+            }
+            Err(e) => Err(Error::io(
+                "send",
+                format!("{} to {:?}", self.channel, self.group.as_socket()),
+                e,
+            )),
+        }
     }
 
     #[inline]
@@ -371,6 +489,7 @@ mod tests {
         for i in 0..10u8 {
             p.send_group(&[i; 100]).unwrap();
         }
+        p.flush().unwrap();
         let mut from = None;
         for s in [&mut s1, &mut s2] {
             let mut got = vec![];
@@ -401,5 +520,43 @@ mod tests {
             }
         }
         assert_eq!(got, vec![b"request".to_vec()]);
+    }
+
+    #[test]
+    fn queued_datagrams_leave_in_order_when_the_batch_fills_or_flushes() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 42, 8),
+                20_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+        };
+        let mut p = UdpLink::publisher("stream `b`", &line, 1472).unwrap();
+        let mut s = UdpLink::subscriber("stream `b`", &line, 1472).unwrap();
+        // One full batch leaves by itself; the rest waits for flush.
+        let total = BATCH + 5;
+        for i in 0..total {
+            p.send_group(&(i as u32).to_be_bytes()).unwrap();
+        }
+        let mut got: Vec<u32> = vec![];
+        let take = |s: &mut UdpLink, want: usize, got: &mut Vec<u32>| {
+            for _ in 0..1_000_000 {
+                s.poll(64, &mut |_, b: &[u8]| {
+                    got.push(u32::from_be_bytes(b.try_into().unwrap()))
+                })
+                .unwrap();
+                if got.len() >= want {
+                    break;
+                }
+            }
+        };
+        take(&mut s, BATCH, &mut got);
+        assert_eq!(got, (0..BATCH as u32).collect::<Vec<_>>());
+        p.flush().unwrap();
+        take(&mut s, total, &mut got);
+        assert_eq!(got, (0..total as u32).collect::<Vec<_>>());
+        assert_eq!(p.dropped(), 0);
     }
 }
