@@ -37,6 +37,9 @@ pub struct Pipeline {
     /// Session of the datagrams being handled (for the pass-through).
     session: Session,
     warned_publish: bool,
+    /// Whether any publisher batches sends (datagram transports); shared
+    /// memory has nothing to flush.
+    flush_needed: bool,
 }
 
 impl Pipeline {
@@ -48,6 +51,7 @@ impl Pipeline {
         passthrough: Option<Passthrough>,
     ) -> Self {
         let names: Vec<String> = publishers.iter().map(|p| p.name().to_string()).collect();
+        let flush_needed = publishers.iter().any(|p| p.recovery_counters().is_some());
         Pipeline {
             router,
             per_stream: vec![0; publishers.len()],
@@ -60,6 +64,7 @@ impl Pipeline {
             published_in_packet: 0,
             session: Session::BLANK,
             warned_publish: false,
+            flush_needed,
         }
     }
 
@@ -93,9 +98,11 @@ impl Pipeline {
         if self.published_in_packet == 0 {
             return;
         }
-        for p in &mut self.publishers {
-            if p.flush().is_err() {
-                self.local.publish_errors += 1;
+        if self.flush_needed {
+            for p in &mut self.publishers {
+                if p.flush().is_err() {
+                    self.local.publish_errors += 1;
+                }
             }
         }
         if let Some(pt) = &mut self.passthrough {
