@@ -162,7 +162,7 @@ impl Report {
                     micros(v)
                 } else {
                     let ratio = ratio_row(&l.ratio, row)
-                        .map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
+                        .map_or_else(|| "-".to_string(), |r| format!("{}x", ratio_text(r)));
                     format!("{} ({ratio})", micros(v))
                 };
                 s.push_str(&format!("  {cell:>width$}"));
@@ -174,6 +174,15 @@ impl Report {
     }
 }
 
+/// A ratio to three significant digits: `0.00123`, `1.23`, `123`.
+fn ratio_text(r: f64) -> String {
+    if r <= 0.0 || !r.is_finite() {
+        return format!("{r}");
+    }
+    let decimals = (2 - r.log10().floor() as i32).clamp(0, 9) as usize;
+    format!("{r:.decimals$}")
+}
+
 fn ratio_row(r: &Ratios, row: usize) -> Option<f64> {
     [r.p50, r.p90, r.p99, r.p999, r.p9999, r.max]
         .get(row)
@@ -182,11 +191,34 @@ fn ratio_row(r: &Ratios, row: usize) -> Option<f64> {
 }
 
 fn shorten(s: &str, width: usize) -> String {
+    // Keeps the end of a long path: the file name tells logs apart.
     let n = s.chars().count();
     if n <= width {
         s.to_owned()
     } else {
         let tail: String = s.chars().skip(n - (width - 3)).collect();
         format!("...{tail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_keep_three_significant_digits() {
+        assert_eq!(ratio_text(1.0), "1.00");
+        assert_eq!(ratio_text(0.001234), "0.00123");
+        assert_eq!(ratio_text(123.4), "123");
+        assert_eq!(ratio_text(9.876), "9.88");
+    }
+
+    #[test]
+    fn long_names_keep_their_end() {
+        assert_eq!(shorten("abc", 10), "abc");
+        assert_eq!(
+            shorten("/very/long/path/to/latency.hlog", 16),
+            ".../latency.hlog"
+        );
     }
 }
