@@ -39,6 +39,7 @@ impl From<&ArbiterCounters> for Upstream {
             heartbeats: c.heartbeats,
             wins_a: c.wins_a,
             wins_b: c.wins_b,
+            wins_recovery: c.wins_recovery,
             duplicate_packets: c.duplicate_packets,
             duplicate_messages: c.duplicate_messages,
             gaps: c.gaps,

@@ -22,6 +22,8 @@ pub struct Upstream {
     pub wins_a: u64,
     /// Messages first delivered from line B.
     pub wins_b: u64,
+    /// Messages first delivered by the re-request server.
+    pub wins_recovery: u64,
     /// Packets that brought nothing new.
     pub duplicate_packets: u64,
     /// Messages that had already been delivered.
@@ -105,7 +107,7 @@ pub struct StreamCount {
 
 /// Labels of the counters file's fixed slots, in order; the per-stream
 /// slots (`stream.NAME.messages`) follow.
-pub const FIXED_LABELS: [&str; 33] = [
+pub const FIXED_LABELS: [&str; 34] = [
     "packets",
     "packets_a",
     "packets_b",
@@ -115,6 +117,7 @@ pub const FIXED_LABELS: [&str; 33] = [
     "messages_out",
     "wins_a",
     "wins_b",
+    "wins_recovery",
     "duplicate_packets",
     "duplicate_messages",
     "gaps",
@@ -142,7 +145,7 @@ pub const FIXED_LABELS: [&str; 33] = [
 ];
 
 /// Every counter's value in [`FIXED_LABELS`] order. No allocation.
-pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 33] {
+pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 34] {
     [
         u.packets_a + u.packets_b + u.packets_recovery,
         u.packets_a,
@@ -153,6 +156,7 @@ pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 33] {
         l.messages_out,
         u.wins_a,
         u.wins_b,
+        u.wins_recovery,
         u.duplicate_packets,
         u.duplicate_messages,
         u.gaps,
@@ -264,7 +268,7 @@ impl Snapshot {
     /// The summary printed at the end, several lines.
     pub fn summary_text(&self, secs: f64) -> String {
         let mut s = format!(
-            "relay summary after {secs:.1} s\n  packets      {} (A {}, B {}, recovery {}, heartbeats {})\n  messages in  {}\n  messages out {}\n  A/B wins     {} / {}\n  duplicates   {} packets, {} messages\n  gaps         {} ({} messages)\n  recovered    {}\n  unrecoverable {}\n  malformed    {} packets, {} messages\n  unrouted     {}\n  relay latency p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns ({} packets)\n",
+            "relay summary after {secs:.1} s\n  packets      {} (A {}, B {}, recovery {}, heartbeats {})\n  messages in  {}\n  messages out {}\n  A/B wins     {} / {} (re-requests {})\n  duplicates   {} packets, {} messages\n  gaps         {} ({} messages)\n  recovered    {}\n  unrecoverable {}\n  malformed    {} packets, {} messages\n  unrouted     {}\n  relay latency p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns ({} packets)\n",
             self.packets,
             self.upstream.packets_a,
             self.upstream.packets_b,
@@ -274,6 +278,7 @@ impl Snapshot {
             self.local.messages_out,
             self.upstream.wins_a,
             self.upstream.wins_b,
+            self.upstream.wins_recovery,
             self.upstream.duplicate_packets,
             self.upstream.duplicate_messages,
             self.upstream.gaps,
