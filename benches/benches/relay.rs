@@ -82,8 +82,10 @@ fn config(dir: &std::path::Path) -> RelayConfig {
     );
     let mut cfg = RelayConfig::from_toml_str(&text, "<bench>").expect("bench config");
     for n in cfg.stream_names() {
-        let mut s = mdbus::config::StreamConfig::default();
-        s.max_message = 64;
+        let s = mdbus::config::StreamConfig {
+            max_message: 64,
+            ..Default::default()
+        };
         cfg.bus.streams.insert(n, s);
     }
     cfg
@@ -187,8 +189,10 @@ fn main() {
         .iter()
         .map(|n| bus.publisher(n).expect("publisher"))
         .collect();
-    let mut copy_cfg = mdbus::config::StreamConfig::default();
-    copy_cfg.max_message = 64;
+    let copy_cfg = mdbus::config::StreamConfig {
+        max_message: 64,
+        ..Default::default()
+    };
     let mut bus_cfg = cfg.bus.clone();
     bus_cfg.streams.insert("copy".into(), copy_cfg);
     let copy_bus = mdbus::Bus::new(bus_cfg).expect("bus");
@@ -241,20 +245,20 @@ fn measure(
     );
 
     // Warm-up: one pass of each (page faults, caches, branch predictors).
-    modes.decode_pass(&d, None);
-    modes.copy_pass(&d, None);
-    modes.relay_pass(&d);
+    modes.decode_pass(d, None);
+    modes.copy_pass(d, None);
+    modes.relay_pass(d);
 
     let mut rates = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..passes {
         let t = Instant::now();
-        modes.decode_pass(&d, None);
+        modes.decode_pass(d, None);
         rates[0].push(d.messages as f64 / t.elapsed().as_secs_f64());
         let t = Instant::now();
-        modes.copy_pass(&d, None);
+        modes.copy_pass(d, None);
         rates[1].push(d.messages as f64 / t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let arb = modes.relay_pass(&d);
+        let arb = modes.relay_pass(d);
         rates[2].push(d.messages as f64 / t.elapsed().as_secs_f64());
         assert_eq!(
             arb.counters().messages,
@@ -266,12 +270,12 @@ fn measure(
     // Per-packet latency: one more timed pass of each.
     let mut lat_decode = Latency::new(10_000_000_000);
     let mut lat_copy = Latency::new(10_000_000_000);
-    modes.decode_pass(&d, Some(&mut lat_decode));
-    modes.copy_pass(&d, Some(&mut lat_copy));
+    modes.decode_pass(d, Some(&mut lat_decode));
+    modes.copy_pass(d, Some(&mut lat_copy));
     // The pipeline's histogram has every pass so far; take the last pass
     // alone by difference of a fresh pipeline run.
     let before = modes.pipeline.latency().histogram().clone();
-    modes.relay_pass(&d);
+    modes.relay_pass(d);
     let mut relay_hist = modes.pipeline.latency().histogram().clone();
     relay_hist
         .subtract(&before)

@@ -215,7 +215,7 @@ impl Relay {
             log::info!("polling thread pinned to core {}", t.core);
             return Ok(());
         }
-        let dev = (!t.device.is_empty()).then(|| Device::Net(t.device.as_str()));
+        let dev = (!t.device.is_empty()).then_some(Device::Net(t.device.as_str()));
         let placement = affinity::placement_for(dev);
         match placement.pin(0) {
             Ok(core) => log::info!(
@@ -467,10 +467,7 @@ impl Relay {
         let mut pace = Pacer::new(self.config.input.pace, self.config.input.speed);
         let mut last_ts = 0u64;
         let mut n = 0u64;
-        loop {
-            let Some(d) = reader.next_datagram()? else {
-                break;
-            };
+        while let Some(d) = reader.next_datagram()? {
             let line = match (line_a, line_b) {
                 (_, Some(b)) if d.dst == b => Line::B,
                 (Some(a), _) if d.dst != a => {
