@@ -77,7 +77,7 @@ pub enum Command {
     /// Run the exchange simulator alone: a synthetic ITCH 5.0 session over
     /// MoldUDP64 on lines A and B, with a re-request server, for a relay
     /// in another process or on another host.
-    Simulate,
+    Simulate(crate::exchange::SimulateArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -129,8 +129,8 @@ pub fn print_summary(summary: &Summary, json: bool) {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    if let Some(Command::Simulate) = &cli.command {
-        return ExitCode::from(2);
+    if let Some(Command::Simulate(args)) = &cli.command {
+        return crate::exchange::run_simulate(args);
     }
     if let Err(e) = signals::install() {
         eprintln!("mdbus-relay: cannot install the SIGINT/SIGTERM handler: {e}");
