@@ -86,9 +86,11 @@ pub fn percentiles(path: &Path, title: &str, curves: &[Curve]) -> Result<(), Rep
         let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 22))
             .margin(20)
+            // Room for the last percentile label, centred on the edge.
+            .margin_right(50)
             .x_label_area_size(50)
             .y_label_area_size(80)
-            .build_cartesian_2d((1f64..x_end).log_scale(), (y_lo..y_hi).log_scale())?;
+            .build_cartesian_2d((1f64..x_end * 1.001).log_scale(), (y_lo..y_hi).log_scale())?;
         chart
             .configure_mesh()
             .x_desc("percentile")
@@ -214,10 +216,12 @@ fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if hi <= 0.0 {
         return (0.1, 10.0);
     }
-    // Whole decades, so the axis is labelled at both ends.
+    // Whole decades, so the axis is labelled at both ends (a hair wider:
+    // the axis only labels decades strictly inside its range, in floating
+    // point).
     let lo = 10f64.powf((lo / 1.2).log10().floor());
-    let hi = 10f64.powf((hi * 1.2).log10().ceil());
-    (lo, hi.max(lo * 10.0))
+    let hi = 10f64.powf((hi * 1.2).log10().ceil()).max(lo * 10.0);
+    (lo * 0.999, hi * 1.001)
 }
 
 /// `0%`, `90%`, `99%`, `99.9%`... for `x = 1/(1-p)` at powers of ten;
