@@ -296,15 +296,20 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     let (bar, template) = match total {
         Some(n) => (
             ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()),
-            "{wide_bar} {human_pos}/{human_len} msgs  {per_sec}  ETA {eta}",
+            "{wide_bar} {human_pos}/{human_len} msgs  {rate}  ETA {eta}",
         ),
         None => (
             ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-            "{spinner} {human_pos} msgs  {per_sec}  {elapsed}",
+            "{spinner} {human_pos} msgs  {rate}  {elapsed}",
         ),
     };
     match ProgressStyle::with_template(template) {
-        Ok(style) => bar.with_style(style),
+        Ok(style) => bar.with_style(style.with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} msgs/s", s.per_sec());
+            },
+        )),
         Err(_) => bar,
     }
 }
