@@ -222,7 +222,9 @@ pub trait ArbiterSink {
     fn session_changed(&mut self, old: Session, new: Session) {
         let _ = (old, new);
     }
-    /// End of session (count 0xFFFF) reached in sequence.
+    /// End of session (count 0xFFFF) reached in sequence: the last event
+    /// of the session (later packets of it are dropped and counted in
+    /// [`ArbiterCounters::after_end`]).
     fn end_of_session(&mut self) {}
 }
 
@@ -280,6 +282,8 @@ pub struct ArbiterCounters {
     pub reorder_overflow: u64,
     /// Ends of session reached.
     pub end_of_session: u64,
+    /// Packets with new messages after the end of their session (dropped).
+    pub after_end: u64,
 }
 
 /// MoldUDP64 A/B arbitration with gap recovery; see the [module
@@ -384,14 +388,18 @@ impl Arbiter {
         match packet.kind() {
             PacketKind::Heartbeat => {
                 self.counters.heartbeats += 1;
-                self.reveal(first, now_ns);
+                if !self.ended {
+                    self.reveal(first, now_ns);
+                }
             }
             PacketKind::EndOfSession => {
-                if self.end_at.is_none() {
-                    self.end_at = Some(first);
+                if !self.ended {
+                    if self.end_at.is_none() {
+                        self.end_at = Some(first);
+                    }
+                    self.reveal(first, now_ns);
+                    self.drain(sink);
                 }
-                self.reveal(first, now_ns);
-                self.drain(sink);
             }
             PacketKind::Messages => self.on_messages(line, packet, first, end, now_ns, sink),
         }
@@ -505,7 +513,10 @@ impl Arbiter {
             if self.gaps.open(self.high, next, now_ns) {
                 self.counters.gaps += 1;
             }
-            self.counters.gap_messages += next - self.high;
+            // Saturating: a sequence number near 2^64 (a corrupt or hostile
+            // packet) must not overflow the count.
+            self.counters.gap_messages =
+                self.counters.gap_messages.saturating_add(next - self.high);
             self.high = next;
         }
     }
@@ -525,6 +536,11 @@ impl Arbiter {
             self.counters.duplicate_messages += count;
             return;
         }
+        if self.ended {
+            // The session is over: nothing more belongs to it.
+            self.counters.after_end += 1;
+            return;
+        }
         let len = packet.as_bytes().len();
         if first > self.expected && !self.store.fits(len) {
             self.counters.reorder_overflow += 1;
@@ -532,6 +548,11 @@ impl Arbiter {
             if end <= self.expected {
                 self.counters.duplicate_packets += 1;
                 self.counters.duplicate_messages += count;
+                return;
+            }
+            if self.ended {
+                // Making room reached the end of the session.
+                self.counters.after_end += 1;
                 return;
             }
         }
@@ -563,7 +584,7 @@ impl Arbiter {
     /// oldest gaps unrecoverable (delivering what they held back) until it
     /// can, or until the packet is in sequence.
     fn make_room(&mut self, first: u64, len: usize, now_ns: u64, sink: &mut impl ArbiterSink) {
-        while first > self.expected && !self.store.fits(len) {
+        while first > self.expected && !self.store.fits(len) && !self.ended {
             if self.gaps.front().is_some() {
                 self.skip_front_gap(sink);
                 self.drain(sink);
@@ -582,7 +603,7 @@ impl Arbiter {
             let from = g.first.max(self.expected);
             if g.end > from {
                 let n = g.end - from;
-                self.counters.unrecoverable += n;
+                self.counters.unrecoverable = self.counters.unrecoverable.saturating_add(n);
                 sink.unrecoverable(from, n);
                 self.expected = g.end;
             }
@@ -621,7 +642,8 @@ impl Arbiter {
             break;
         }
         if let Some(at) = self.end_at {
-            if !self.ended && self.expected >= at {
+            // The end comes last: after anything known beyond it too.
+            if !self.ended && self.expected >= at && self.gaps.is_empty() && self.store.len() == 0 {
                 self.ended = true;
                 self.counters.end_of_session += 1;
                 sink.end_of_session();

@@ -176,3 +176,222 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------
+// The cargo-fuzz targets (feed/fuzz), on stable: over the seed corpus,
+// random bytes and mutated seeds. `cargo +nightly fuzz run TARGET` in
+// feed/ runs them under libFuzzer (docs/FEED.md).
+
+#[path = "../../fuzz/src/lib.rs"]
+mod targets;
+
+use std::path::PathBuf;
+
+/// A fuzz target: panics when a property breaks.
+type Target = fn(&[u8]);
+
+const FUZZ_TARGETS: [(&str, Target); 3] = [
+    ("moldudp64", targets::moldudp64),
+    ("itch", targets::itch),
+    ("arbiter", targets::arbiter),
+];
+
+fn seed_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target)
+}
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = seed_dir(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+#[test]
+fn fuzz_targets_pass_on_their_seed_corpus() {
+    for (name, target) in FUZZ_TARGETS {
+        let seeds = seeds(name);
+        assert!(seeds.len() >= 3, "{name}: {} seeds", seeds.len());
+        for s in &seeds {
+            target(s);
+        }
+    }
+}
+
+/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
+fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
+    let seeds = seeds(target);
+    let n = seeds.len();
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..700),
+        (
+            0..n,
+            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..10)
+        )
+            .prop_map(move |(i, edits)| {
+                let mut s = seeds[i].clone();
+                for (at, byte, how) in edits {
+                    let at = if s.is_empty() { 0 } else { at % (s.len() + 1) };
+                    match how {
+                        0 if at < s.len() => s[at] = byte,
+                        1 => s.insert(at, byte),
+                        _ => s.truncate(at),
+                    }
+                }
+                s
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    #[test]
+    fn fuzz_target_moldudp64(input in fuzz_input("moldudp64")) {
+        targets::moldudp64(&input);
+    }
+
+    #[test]
+    fn fuzz_target_itch(input in fuzz_input("itch")) {
+        targets::itch(&input);
+    }
+
+    #[test]
+    fn fuzz_target_arbiter(input in fuzz_input("arbiter")) {
+        targets::arbiter(&input);
+    }
+}
+
+/// Writes the seed corpus (feed/fuzz/seeds): run with `--ignored` after
+/// changing the formats or the arbiter program encoding.
+#[test]
+#[ignore]
+fn write_fuzz_seed_corpus() {
+    use mdbus_feed::moldudp64::{self as mold, Request};
+    use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
+
+    let write = |target: &str, name: &str, bytes: &[u8]| {
+        let dir = seed_dir(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+    };
+    let session = Session::new("FUZZ000001").unwrap();
+
+    // MoldUDP64: a packet of the synthetic session, a heartbeat, an end
+    // of session, a request, a packet whose count lies.
+    let cfg = SynthConfig {
+        symbols: 3,
+        order_messages: 40,
+        ..SynthConfig::default()
+    };
+    let mut packer = MoldPacker::new(Generator::new(&cfg).unwrap(), session, 1, 400)
+        .unwrap()
+        .with_window(u64::MAX);
+    let first = packer.next_packet().unwrap().bytes.to_vec();
+    write("moldudp64", "packet", &first);
+    write("moldudp64", "heartbeat", &mold::heartbeat(session, 9));
+    write(
+        "moldudp64",
+        "end-of-session",
+        &mold::end_of_session(session, 9),
+    );
+    let request = Request {
+        session,
+        sequence: 3,
+        count: 7,
+    };
+    write("moldudp64", "request", &request.encode());
+    let mut lying = first.clone();
+    lying[19] = lying[19].wrapping_add(1);
+    write("moldudp64", "lying-count", &lying);
+
+    // ITCH: a few message types.
+    for m in crate::common::one_of_each() {
+        let t = m.msg_type();
+        if b"SRAUQO".contains(&t) {
+            write(
+                "itch",
+                &format!("type-{}", char::from(t)),
+                &crate::common::encode(&m),
+            );
+        }
+    }
+
+    // The arbiter: programs in the encoding `targets::arbiter` reads.
+    // Header: flags (bit 0 session fixed; bits 1-2 start, 1 = from 1;
+    // bits 3-4 reorder store size; bits 5-6 retries; bit 7 gap wait), max
+    // request, a byte for store packets, timeout and rate (here: 2 retries,
+    // 4 KiB and 8 packets of store, 2 µs timeout, 100,000 requests/s). Each op: op byte (bits 0-2 kind, 0-3
+    // packet / 4 heartbeat / 5 end of session / 6 raw / 7 timer; bits 3-4
+    // line), sequence selector (< 64: start + n), session selector, then
+    // the kind's bytes.
+    let packet = |line: u8, seq: u8, bodies: &[&[u8]]| {
+        let mut v = vec![line << 3, seq, 0, bodies.len() as u8];
+        for b in bodies {
+            v.push(b.len() as u8);
+            v.extend_from_slice(b);
+        }
+        v
+    };
+    let timer = |ms: u16| {
+        let mut v = vec![7, 0, 0];
+        v.extend_from_slice(&ms.to_be_bytes());
+        v
+    };
+    let end = |line: u8, seq: u8| vec![(line << 3) | 5, seq, 0];
+    let header = [0x5bu8, 4, 0x2c];
+    // A/B with a loss on each line, filled by the other.
+    let ab = [
+        header.to_vec(),
+        packet(0, 0, &[b"a1", b"a2"]),
+        packet(1, 2, &[b"b3"]),
+        packet(1, 0, &[b"b1", b"b2"]),
+        packet(0, 3, &[b"a4", b"a5"]),
+        packet(1, 3, &[b"b4", b"b5"]),
+        end(0, 5),
+    ]
+    .concat();
+    write("arbiter", "ab-lines", &ab);
+    // Both lines lose 2..4: requested, answered by the recovery line.
+    let recovery = [
+        header.to_vec(),
+        packet(0, 0, &[b"m1"]),
+        packet(0, 4, &[b"m5"]),
+        packet(1, 4, &[b"m5"]),
+        timer(1),
+        packet(2, 1, &[b"r2", b"r3", b"r4"]),
+        end(1, 5),
+    ]
+    .concat();
+    write("arbiter", "recovery", &recovery);
+    // Nothing answers: retries, then unrecoverable; a heartbeat reveals
+    // more; another session takes over.
+    let lost = [
+        header.to_vec(),
+        packet(0, 0, &[b"x1"]),
+        vec![4, 9, 0],
+        timer(5),
+        timer(50),
+        timer(500),
+        vec![1 << 3, 0, 3, 1, 2, b'n', b'1'],
+        timer(500),
+    ]
+    .concat();
+    write("arbiter", "unanswered-and-new-session", &lost);
+    // Malformed datagrams among good ones.
+    let malformed = [
+        header.to_vec(),
+        packet(0, 0, &[b"g1"]),
+        vec![6, 0, 0, 5, 1, 2, 3, 4, 5],
+        vec![6 | (1 << 3), 0, 0, 30],
+        first[..25].to_vec(),
+        packet(1, 1, &[b"g2"]),
+    ]
+    .concat();
+    write("arbiter", "malformed", &malformed);
+}

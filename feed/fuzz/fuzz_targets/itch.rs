@@ -1,0 +1,4 @@
+//! libFuzzer entry point of `mdbus_feed_fuzz::itch`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mdbus_feed_fuzz::itch(data));

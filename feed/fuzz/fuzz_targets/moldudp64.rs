@@ -1,0 +1,4 @@
+//! libFuzzer entry point of `mdbus_feed_fuzz::moldudp64`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mdbus_feed_fuzz::moldudp64(data));
