@@ -114,7 +114,8 @@ pub fn percentiles(path: &Path, title: &str, curves: &[Curve]) -> Result<(), Rep
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            // Curves rise to the upper right; the lower right stays clear.
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
