@@ -11,6 +11,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -18,7 +19,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::error::ReplayError;
 use super::hgrm::{percentile_distribution, MICROSECONDS};
-use super::hlog::{write_hlog, HlogReader};
+use super::hlog::{write_hlog, HlogError, HlogReader};
 use super::input::Input;
 use super::loader::Loader;
 use super::peer::Subscriber;
@@ -116,6 +117,7 @@ struct Sent {
 pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
     let mut bus = args.bus.clone();
     bus.check()?;
+    catch_interrupts()?;
     if args.interval < Duration::from_millis(1) {
         return Err(ReplayError::Usage(
             "--interval must be at least 1ms (the log writes interval times in ms)".into(),
@@ -368,6 +370,7 @@ fn replay(
                 publisher.service()?;
             }
             if sent.messages % PROGRESS_EVERY == 0 {
+                interrupted()?;
                 progress.set_position(sent.messages);
                 for s in subscribers.iter_mut() {
                     s.check_alive()?;
@@ -396,6 +399,7 @@ fn wait_until(
                 publisher.service()?;
             }
             if spins % (1 << 20) == 0 {
+                interrupted()?;
                 for s in subscribers.iter_mut() {
                     s.check_alive()?;
                 }
@@ -416,6 +420,7 @@ fn serve_until_done(
     let mut done = vec![false; subscribers.len()];
     let mut last_progress = Instant::now();
     while done.iter().any(|d| !d) {
+        interrupted()?;
         publisher.service()?;
         for (i, s) in subscribers.iter_mut().enumerate() {
             if done[i] {
@@ -537,7 +542,13 @@ fn next_indexed(
     r: &mut HlogReader,
     interval_ns: u64,
 ) -> Result<Option<(u64, Histogram<u64>)>, ReplayError> {
-    Ok(r.next_interval()?.map(|i| {
+    let next = match r.next_interval() {
+        Ok(next) => next,
+        // A subscriber that received nothing wrote a log without intervals.
+        Err(ReplayError::Log(HlogError::NoIntervals { .. })) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(next.map(|i| {
         let index = (i.start.as_nanos() as f64 / interval_ns as f64).round() as u64;
         (index, i.histogram)
     }))
@@ -550,5 +561,45 @@ fn add(into: &mut Histogram<u64>, h: &Histogram<u64>) {
         for v in h.iter_recorded() {
             into.saturating_record_n(v.value_iterated_to(), v.count_at_value());
         }
+    }
+}
+
+/// Set by the SIGINT/SIGTERM handler [`catch_interrupts`] installs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe. Relaxed: the flag carries no
+    // data, and the loops that read it only need to see it eventually.
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Turns Ctrl-C and SIGTERM into an error from the send loop's next
+/// check, so the run unwinds: the publisher removes its shared-memory
+/// segment and the subscribers are stopped, rather than a segment of the
+/// ring's size being left behind in /dev/shm.
+fn catch_interrupts() -> Result<(), ReplayError> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_interrupt` is an `extern "C" fn(c_int)` that only
+        // stores to an atomic, which is async-signal-safe; `signal` is a
+        // valid signal number.
+        let previous =
+            unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
+        if previous == libc::SIG_ERR {
+            return Err(ReplayError::Run(format!(
+                "cannot catch signal {signal}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Fails once Ctrl-C or SIGTERM arrived.
+fn interrupted() -> Result<(), ReplayError> {
+    // Relaxed: see `on_interrupt`.
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        Err(ReplayError::Run("interrupted".into()))
+    } else {
+        Ok(())
     }
 }
