@@ -625,6 +625,7 @@ fn tshark_decodes_a_capture_of_the_simulator_without_complaint() {
         .map(|f| u64::from(f.count))
         .sum();
     assert_eq!(carried, 2 * n - x.dropped_messages_b);
+    assert_eq!((x.messages_a, x.messages_b), (n, n - x.dropped_messages_b));
 
     let file = path.to_str().unwrap();
     let decode_as = format!("udp.port=={port},moldudp64");

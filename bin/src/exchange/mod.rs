@@ -183,6 +183,10 @@ pub struct ExchangeCounters {
     pub packets_a: u64,
     /// Packets that went out on line B.
     pub packets_b: u64,
+    /// Messages that went out on line A.
+    pub messages_a: u64,
+    /// Messages that went out on line B.
+    pub messages_b: u64,
     /// Message packets line A dropped.
     pub dropped_a: u64,
     /// Message packets line B dropped.
@@ -222,6 +226,8 @@ struct Stats {
     packets: AtomicU64,
     packets_a: AtomicU64,
     packets_b: AtomicU64,
+    messages_a: AtomicU64,
+    messages_b: AtomicU64,
     dropped_a: AtomicU64,
     dropped_b: AtomicU64,
     dropped_messages_a: AtomicU64,
@@ -275,6 +281,8 @@ impl Shared {
             packets: g(&s.packets),
             packets_a: g(&s.packets_a),
             packets_b: g(&s.packets_b),
+            messages_a: g(&s.messages_a),
+            messages_b: g(&s.messages_b),
             dropped_a: g(&s.dropped_a),
             dropped_b: g(&s.dropped_b),
             dropped_messages_a: g(&s.dropped_messages_a),

@@ -119,12 +119,14 @@ fn send_day(
             add(&stats.dropped_messages_a, p.count);
         } else if send(bytes, config.line_a) {
             add(&stats.packets_a, 1);
+            add(&stats.messages_a, p.count);
         }
         if drop_b {
             add(&stats.dropped_b, 1);
             add(&stats.dropped_messages_b, p.count);
         } else if send(bytes, config.line_b) {
             add(&stats.packets_b, 1);
+            add(&stats.messages_b, p.count);
         }
         if drop_a && drop_b {
             add(&stats.dropped_both, 1);
