@@ -266,3 +266,35 @@ fn a_truncated_binaryfile_is_an_error_naming_the_file() {
     assert!(e.starts_with(&file.display().to_string()), "{e}");
     assert!(e.contains("truncated"), "{e}");
 }
+
+#[test]
+fn a_recording_holds_every_routed_message_in_sequence_order() {
+    let scratch = Scratch::new("rec");
+    let messages = session(10, 3_000, 11);
+    let file = scratch.path("day.itch");
+    write_binaryfile(&file, &messages);
+    let recording = scratch.path("day.mdcap");
+    let mut cfg = config(
+        &scratch,
+        &format!(
+            "[input]\nkind = \"binaryfile\"\npath = \"{}\"",
+            file.display()
+        ),
+    );
+    cfg.record.path = recording.clone();
+    let (summary, _) = relay(cfg);
+    assert_eq!(summary.counters.local.recorded, messages.len() as u64);
+    assert_eq!(summary.counters.local.record_errors, 0);
+
+    let mut r = mdbus_feed::mdcap::MdcapReader::open(&recording).unwrap();
+    let mut seen = 0usize;
+    let mut last_ts = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        assert_eq!(rec.sequence, seen as u64 + 1, "sequence order");
+        assert_eq!(rec.data, &messages[seen][..], "message {}", seen + 1);
+        assert!(rec.timestamp_ns >= last_ts, "arrival times never go back");
+        last_ts = rec.timestamp_ns;
+        seen += 1;
+    }
+    assert_eq!(seen, messages.len());
+}

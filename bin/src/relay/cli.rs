@@ -62,6 +62,12 @@ pub struct Cli {
     #[arg(long)]
     pub json: bool,
 
+    /// Record every routed message, with its arrival time and MoldUDP64
+    /// sequence number, into this .mdcap file for `mdbus-replay run`
+    /// (replaces `record.path` of the configuration).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+
     /// Log at info level (core placement, sockets, segments) to stderr;
     /// warnings are always shown.
     #[arg(short, long)]
@@ -138,7 +144,12 @@ pub fn main() -> ExitCode {
     }
     let file_config = match &cli.config {
         Some(path) => match RelayConfig::from_file(path) {
-            Ok(c) => Some((c, path.display().to_string())),
+            Ok(mut c) => {
+                if let Some(r) = &cli.record {
+                    c.record.path = r.clone();
+                }
+                Some((c, path.display().to_string()))
+            }
             Err(e) => {
                 eprintln!("mdbus-relay: {e}");
                 return ExitCode::from(2);
@@ -152,7 +163,12 @@ pub fn main() -> ExitCode {
         log: true,
     };
     if cli.demo {
-        return demo::run(file_config.map(|(c, _)| c), &opts, cli.json);
+        return demo::run(
+            file_config.map(|(c, _)| c),
+            cli.record.clone(),
+            &opts,
+            cli.json,
+        );
     }
     let Some((config, source)) = file_config else {
         eprintln!(

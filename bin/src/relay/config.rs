@@ -41,6 +41,9 @@ pub struct RelayConfig {
     /// The counters file and the periodic log line.
     #[serde(default)]
     pub counters: CountersConfig,
+    /// Optional recording of what is relayed, for `mdbus-replay`.
+    #[serde(default)]
+    pub record: RecordConfig,
     /// The polling thread.
     #[serde(default)]
     pub thread: ThreadConfig,
@@ -333,6 +336,18 @@ impl Default for CountersConfig {
             log_interval: Duration::from_secs(1),
         }
     }
+}
+
+/// `[record]`: every message the relay routes, in sequence order, with the
+/// arrival time of its datagram and its MoldUDP64 sequence number, written
+/// to an `.mdcap` file that `mdbus-replay run` replays.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordConfig {
+    /// The `.mdcap` file to write (replaced if it exists); empty: no
+    /// recording. Recording copies each message into a 64 KiB buffer on the
+    /// polling thread and writes the buffer out when it fills.
+    pub path: PathBuf,
 }
 
 /// `[thread]`: the polling thread.

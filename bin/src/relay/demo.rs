@@ -16,6 +16,7 @@
 //! running side by side do not hear each other.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -74,9 +75,15 @@ pub fn demo_config(
     cfg
 }
 
-/// Runs the demo; `base` is a --config file's settings.
-pub fn run(base: Option<RelayConfig>, opts: &RunOptions, json: bool) -> ExitCode {
-    match run_inner(base, opts, json) {
+/// Runs the demo; `base` is a --config file's settings, `record` a
+/// `.mdcap` file to record into.
+pub fn run(
+    base: Option<RelayConfig>,
+    record: Option<PathBuf>,
+    opts: &RunOptions,
+    json: bool,
+) -> ExitCode {
+    match run_inner(base, record, opts, json) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mdbus-relay --demo: {e}");
@@ -85,7 +92,12 @@ pub fn run(base: Option<RelayConfig>, opts: &RunOptions, json: bool) -> ExitCode
     }
 }
 
-fn run_inner(base: Option<RelayConfig>, opts: &RunOptions, json: bool) -> Result<(), String> {
+fn run_inner(
+    base: Option<RelayConfig>,
+    record: Option<PathBuf>,
+    opts: &RunOptions,
+    json: bool,
+) -> Result<(), String> {
     let port = 20_000 + (std::process::id() % 10_000) as u16;
     let line_a = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), port);
     let line_b = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), port);
@@ -114,6 +126,9 @@ fn run_inner(base: Option<RelayConfig>, opts: &RunOptions, json: bool) -> Result
     // packet (its re-request port is fixed up front for that), so the demo
     // shows the whole day from its first message.
     let mut cfg = demo_config(base, line_a, line_b, rerequest_bind);
+    if let Some(path) = record {
+        cfg.record.path = path;
+    }
     let bus = mdbus::Bus::new(cfg.bus.clone()).map_err(|e| e.to_string())?;
     let relay = match Relay::new(cfg.clone(), "<demo>") {
         Ok(r) => r,

@@ -104,4 +104,7 @@ pub enum RelayError {
     /// The polling thread could not be pinned.
     #[error("{0}")]
     Affinity(#[from] mdbus::affinity::AffinityError),
+    /// The `.mdcap` recording could not be created or finished.
+    #[error("recording: {0}")]
+    Record(#[from] mdbus_feed::mdcap::MdcapError),
 }

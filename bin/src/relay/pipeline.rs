@@ -6,9 +6,13 @@
 //! preallocated rings or send buffers, the router indexes its table, the
 //! counters are plain integers and the histogram is allocated once.
 
+use std::fs::File;
+use std::io::BufWriter;
+
 use mdbus::metrics::Latency;
 use mdbus::Publisher;
 use mdbus_feed::itch;
+use mdbus_feed::mdcap::{MdcapError, MdcapWriter};
 use mdbus_feed::moldudp64::Session;
 
 use super::passthrough::Passthrough;
@@ -40,6 +44,8 @@ pub struct Pipeline {
     /// Whether any publisher batches sends (datagram transports); shared
     /// memory has nothing to flush.
     flush_needed: bool,
+    /// The `.mdcap` recording, if any.
+    recorder: Option<MdcapWriter<BufWriter<File>>>,
 }
 
 impl Pipeline {
@@ -65,6 +71,21 @@ impl Pipeline {
             session: Session::BLANK,
             warned_publish: false,
             flush_needed,
+            recorder: None,
+        }
+    }
+
+    /// Records every routed message into `writer` from now on.
+    pub fn set_recorder(&mut self, writer: MdcapWriter<BufWriter<File>>) {
+        self.recorder = Some(writer);
+    }
+
+    /// Writes out the rest of the recording and closes it. Returns how many
+    /// messages it holds (`None`: no recording).
+    pub fn finish_recording(&mut self) -> Result<Option<u64>, MdcapError> {
+        match self.recorder.take() {
+            Some(w) => w.finish().map(|_| Some(self.local.recorded)),
+            None => Ok(None),
         }
     }
 
@@ -127,6 +148,18 @@ impl Pipeline {
         }
         if let Some(pt) = &mut self.passthrough {
             pt.push(self.session, sequence, data);
+        }
+        if let Some(rec) = &mut self.recorder {
+            match rec.write(self.arrival_ns, sequence, data) {
+                Ok(()) => self.local.recorded += 1,
+                Err(e) => {
+                    // A full disk must not stop the feed: stop recording,
+                    // say so once, count it.
+                    self.local.record_errors += 1;
+                    self.recorder = None;
+                    log::warn!("recording stopped (counted in record_errors): {e}");
+                }
+            }
         }
         match self.router.route(data) {
             Route::Stream(s) => self.publish(usize::from(s), sequence, data),

@@ -14,6 +14,7 @@ use mdbus::counters::CountersFile;
 use mdbus::wait::WaitStrategy;
 use mdbus_feed::arbiter::{Arbiter, Line};
 use mdbus_feed::binaryfile::BinaryFileReader;
+use mdbus_feed::mdcap::MdcapWriter;
 use mdbus_feed::pcap::CaptureReader;
 use serde::Serialize;
 
@@ -176,8 +177,12 @@ impl Relay {
             )?)
         };
         let router = Router::new(&config.routing, &names);
+        let mut pipeline = Pipeline::new(router, publishers, passthrough);
+        if !config.record.path.as_os_str().is_empty() {
+            pipeline.set_recorder(MdcapWriter::create(&config.record.path)?);
+        }
         Ok(Relay {
-            pipeline: Pipeline::new(router, publishers, passthrough),
+            pipeline,
             config,
             input,
             counters,
@@ -274,6 +279,7 @@ impl Relay {
             } => self.run_pcap(&path, &mut arbiter, line_a, line_b, &mut state, opts)?,
         };
         let secs = (monotonic_ns() - start) as f64 / 1e9;
+        self.pipeline.finish_recording()?;
         self.refresh(&state.upstream);
         let counters = self.pipeline.snapshot(&state.upstream);
         Ok(Summary {

@@ -75,6 +75,10 @@ pub struct Local {
     pub passthrough_packets: u64,
     /// Pass-through sends that failed.
     pub passthrough_errors: u64,
+    /// Messages written to the `.mdcap` recording.
+    pub recorded: u64,
+    /// Recording writes that failed (recording stops at the first).
+    pub record_errors: u64,
     /// Datagrams whose messages were published, whose latency is recorded.
     pub timed_packets: u64,
 }
@@ -107,7 +111,7 @@ pub struct StreamCount {
 
 /// Labels of the counters file's fixed slots, in order; the per-stream
 /// slots (`stream.NAME.messages`) follow.
-pub const FIXED_LABELS: [&str; 34] = [
+pub const FIXED_LABELS: [&str; 36] = [
     "packets",
     "packets_a",
     "packets_b",
@@ -137,6 +141,8 @@ pub const FIXED_LABELS: [&str; 34] = [
     "publish_errors",
     "passthrough_packets",
     "passthrough_errors",
+    "recorded",
+    "record_errors",
     "latency_count",
     "latency_p50_ns",
     "latency_p99_ns",
@@ -145,7 +151,7 @@ pub const FIXED_LABELS: [&str; 34] = [
 ];
 
 /// Every counter's value in [`FIXED_LABELS`] order. No allocation.
-pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 34] {
+pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 36] {
     [
         u.packets_a + u.packets_b + u.packets_recovery,
         u.packets_a,
@@ -176,6 +182,8 @@ pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 34] {
         l.publish_errors,
         l.passthrough_packets,
         l.passthrough_errors,
+        l.recorded,
+        l.record_errors,
         lat.count,
         lat.p50,
         lat.p99,
@@ -298,6 +306,12 @@ impl Snapshot {
             s.push_str(&format!(
                 "  stream {:<12} {} messages\n",
                 st.name, st.messages
+            ));
+        }
+        if self.local.recorded > 0 || self.local.record_errors > 0 {
+            s.push_str(&format!(
+                "  recorded     {} messages ({} write errors)\n",
+                self.local.recorded, self.local.record_errors
             ));
         }
         s
