@@ -143,9 +143,6 @@ fn both_lines_and_the_rerequest_server_deliver_every_message_once_in_order() {
         expected_session: Some(session()),
         start_sequence: Some(1),
         gap_wait_ns: 1_000_000,
-        // Both lines lose 1% of packets here, some 2,000 gaps a second:
-        // more than the default limit of 1,000 requests a second.
-        requests_per_second: 50_000,
         ..ArbiterConfig::default()
     });
     let mut sink = Collect {

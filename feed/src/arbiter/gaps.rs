@@ -205,7 +205,10 @@ impl Gaps {
         // Once the rate limit holds a request back, later gaps send
         // nothing this round, but can still run out of retries.
         let mut blocked = false;
-        for g in &mut self.list {
+        let mut i = 0;
+        while i < self.list.len() {
+            let g = &mut self.list[i];
+            i += 1;
             if g.dead {
                 continue;
             }
@@ -234,28 +237,58 @@ impl Gaps {
                 g.tries += 1;
                 g.sent_upto = g.first;
             }
-            while !blocked && g.sent_upto < window_end {
+            while !blocked && self.list[i - 1].sent_upto < window_end {
                 if !bucket.take(now_ns) {
                     counters.requests_rate_limited += 1;
                     blocked = true;
                     break;
                 }
-                let count = (window_end - g.sent_upto).min(policy.max_request);
+                let g = &mut self.list[i - 1];
+                let start = g.sent_upto;
+                let mut count = (window_end - start).min(policy.max_request);
+                let retry = g.tries > 1;
+                g.sent_upto += count;
+                g.sent_ns = now_ns;
+                if g.sent_upto == g.end {
+                    // The request reaches the end of this gap: the next
+                    // gaps that are due and within reach ride along (the
+                    // messages between them come again, as duplicates),
+                    // which spares requests when losses are many and
+                    // close together.
+                    count = self.coalesce(i, start, now_ns, policy).unwrap_or(count);
+                }
                 sink.request(&Request {
                     session,
-                    sequence: g.sent_upto,
+                    sequence: start,
                     // At most 0xFFFE: `Policy` clamps max_request.
                     count: count as u16,
                 });
                 counters.requests_sent += 1;
-                if g.tries > 1 {
+                if retry {
                     counters.request_retries += 1;
                 }
-                g.sent_upto += count;
-                g.sent_ns = now_ns;
             }
         }
         died
+    }
+
+    /// Marks the gaps from index `next` on that a request starting at
+    /// `start` can also cover as requested; returns the extended count.
+    fn coalesce(&mut self, next: usize, start: u64, now_ns: u64, policy: &Policy) -> Option<u64> {
+        let reach = start.saturating_add(policy.max_request);
+        let mut end = None;
+        for h in self.list.iter_mut().skip(next) {
+            let due = h.waited || now_ns >= h.seen_ns.saturating_add(policy.gap_wait_ns);
+            if h.dead || h.tries != 0 || !due || h.end > reach {
+                break;
+            }
+            h.waited = true;
+            h.tries = 1;
+            h.sent_upto = h.end;
+            h.sent_ns = now_ns;
+            end = Some(h.end);
+        }
+        end.map(|e| e - start)
     }
 
     /// When [`Gaps::service`] next has something to do.

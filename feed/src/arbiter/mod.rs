@@ -568,11 +568,25 @@ impl Arbiter {
         }
         self.counters.recovered += filled;
         if first <= self.expected {
-            let from = self.expected;
-            self.counters.duplicate_messages += from - first;
-            deliver(packet, line, from, &mut self.counters, sink);
-            self.expected = end;
-            self.drain(sink);
+            self.counters.duplicate_messages += self.expected - first;
+            // Messages stored earlier from another copy arrived first:
+            // they are delivered from the store, and this packet's copies
+            // of them are duplicates.
+            while self.expected < end {
+                let stop = self
+                    .store
+                    .front()
+                    .map_or(end, |e| e.first.clamp(self.expected, end));
+                deliver(packet, line, self.expected, stop, &mut self.counters, sink);
+                self.expected = stop;
+                self.drain(sink);
+                self.counters.duplicate_messages += self.expected.min(end) - stop;
+                if self.expected == stop && stop < end {
+                    // Cannot happen: the store's front starts at `stop`,
+                    // so draining moved past it.
+                    break;
+                }
+            }
         } else {
             // `make_room` left room, or the packet is now in sequence.
             let stored = self.store.insert(first, end, line, packet.as_bytes());
@@ -624,7 +638,7 @@ impl Arbiter {
                     let from = self.expected;
                     self.counters.duplicate_messages += from - e.first;
                     if let Ok(p) = Packet::parse(self.store.bytes(&e)) {
-                        deliver(p, e.line, from, &mut self.counters, sink);
+                        deliver(p, e.line, from, e.end, &mut self.counters, sink);
                     }
                     self.expected = e.end;
                     self.store.pop_front();
@@ -652,18 +666,22 @@ impl Arbiter {
     }
 }
 
-/// Hands the messages of `packet` from sequence number `from` on to the
-/// sink. The packet was validated when it arrived.
+/// Hands the messages `from..to` of `packet` to the sink. The packet was
+/// validated when it arrived.
 fn deliver(
     packet: Packet<'_>,
     line: Line,
     from: u64,
+    to: u64,
     counters: &mut ArbiterCounters,
     sink: &mut impl ArbiterSink,
 ) {
     for block in packet.messages().flatten() {
         if block.sequence < from {
             continue;
+        }
+        if block.sequence >= to {
+            break;
         }
         sink.message(block.sequence, line, block.data);
         counters.messages += 1;

@@ -284,6 +284,63 @@ fn big_gaps_are_split_into_requests_a_window_at_a_time() {
 }
 
 #[test]
+fn a_stored_copy_that_arrived_first_wins_over_a_later_one() {
+    let mut arb = Arbiter::new(ArbiterConfig {
+        gap_wait_ns: 1_000,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 1), 0, &mut out);
+    arb.on_packet(Line::A, &packet(3, 1), 1, &mut out); // 2 missing
+    arb.on_packet(Line::B, &packet(5, 2), 2, &mut out); // 4 missing
+                                                        // One answer covering 2..=6: 3, 5 and 6 were stored first.
+    arb.on_packet(Line::Recovery, &packet(2, 5), 3, &mut out);
+    assert_eq!(out.sequences(), (1..=6).collect::<Vec<_>>());
+    assert_eq!(
+        out.lines(),
+        [
+            Line::A,
+            Line::Recovery,
+            Line::A,
+            Line::Recovery,
+            Line::B,
+            Line::B
+        ]
+    );
+    let c = arb.counters();
+    assert_eq!((c.wins_a, c.wins_b, c.wins_recovery), (2, 2, 2));
+    assert_eq!((c.duplicate_messages, c.recovered), (3, 2));
+}
+
+#[test]
+fn nearby_gaps_that_are_due_together_share_a_request() {
+    let mut arb = Arbiter::new(ArbiterConfig {
+        gap_wait_ns: 1_000,
+        max_request_messages: 6,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    for (i, s) in [1, 3, 5, 7, 10].into_iter().enumerate() {
+        arb.on_packet(Line::A, &packet(s, 1), i as u64, &mut out);
+    }
+    assert_eq!(arb.open_gaps(), 4);
+    arb.on_timer(1_003, &mut out);
+    // 2, 4 and 6 are due and within six messages of 2; 8..=9 is not due.
+    assert_eq!(out.take_requests(), [(2, 5)]);
+    arb.on_timer(1_004, &mut out);
+    assert_eq!(out.take_requests(), [(8, 2)]);
+    arb.on_packet(Line::Recovery, &packet(2, 5), 1_100, &mut out);
+    arb.on_packet(Line::Recovery, &packet(8, 2), 1_100, &mut out);
+    assert_eq!(out.sequences(), (1..=10).collect::<Vec<_>>());
+    let c = arb.counters();
+    assert_eq!(
+        (c.requests_sent, c.recovered, c.duplicate_messages),
+        (2, 5, 2)
+    );
+    assert_eq!(arb.next_deadline(), None);
+}
+
+#[test]
 fn requests_are_rate_limited_with_a_small_burst() {
     let mut arb = Arbiter::new(ArbiterConfig {
         requests_per_second: 100, // one every 10 ms
