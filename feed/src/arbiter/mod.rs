@@ -579,7 +579,7 @@ impl Arbiter {
                     .map_or(end, |e| e.first.clamp(self.expected, end));
                 deliver(packet, line, self.expected, stop, &mut self.counters, sink);
                 self.expected = stop;
-                self.drain(sink);
+                self.drain_store(sink);
                 self.counters.duplicate_messages += self.expected.min(end) - stop;
                 if self.expected == stop && stop < end {
                     // Cannot happen: the store's front starts at `stop`,
@@ -587,6 +587,7 @@ impl Arbiter {
                     break;
                 }
             }
+            self.check_end(sink);
         } else {
             // `make_room` left room, or the packet is now in sequence.
             let stored = self.store.insert(first, end, line, packet.as_bytes());
@@ -624,8 +625,15 @@ impl Arbiter {
         }
     }
 
-    /// Delivers what the store holds in sequence, skipping dead gaps.
+    /// Delivers what the store holds in sequence, skipping dead gaps,
+    /// then the end of session if it is due.
     fn drain(&mut self, sink: &mut impl ArbiterSink) {
+        self.drain_store(sink);
+        self.check_end(sink);
+    }
+
+    /// Delivers what the store holds in sequence, skipping dead gaps.
+    fn drain_store(&mut self, sink: &mut impl ArbiterSink) {
         loop {
             if let Some(e) = self.store.front() {
                 if e.end <= self.expected {
@@ -655,6 +663,11 @@ impl Arbiter {
             }
             break;
         }
+    }
+
+    /// Reports the end of session once everything before it (and
+    /// anything known beyond it) is delivered or reported.
+    fn check_end(&mut self, sink: &mut impl ArbiterSink) {
         if let Some(at) = self.end_at {
             // The end comes last: after anything known beyond it too.
             if !self.ended && self.expected >= at && self.gaps.is_empty() && self.store.len() == 0 {
