@@ -582,6 +582,36 @@ fn end_of_session_is_reported_once_and_in_sequence() {
 }
 
 #[test]
+fn end_of_session_comes_after_a_packet_delivered_around_stored_messages() {
+    let mut arb = Arbiter::new(ArbiterConfig {
+        gap_wait_ns: 1_000,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 1), 0, &mut out);
+    arb.on_packet(Line::A, &packet(3, 1), 1, &mut out); // stored, 2 missing
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 4), 2, &mut out);
+    // One packet fills 2 and carries 3 (stored first) and more.
+    arb.on_packet(Line::Recovery, &packet(2, 5), 3, &mut out);
+    let want: Vec<Event> = [
+        (1, Line::A),
+        (2, Line::Recovery),
+        (3, Line::A),
+        (4, Line::Recovery),
+        (5, Line::Recovery),
+        (6, Line::Recovery),
+    ]
+    .into_iter()
+    .map(|(s, l)| Event::Message(s, l))
+    .chain([Event::EndOfSession])
+    .collect();
+    assert_eq!(out.events, want);
+    arb.on_packet(Line::B, &packet(7, 1), 4, &mut out);
+    assert_eq!(out.events.len(), want.len(), "nothing after the end");
+    assert_eq!(arb.counters().after_end, 1);
+}
+
+#[test]
 fn sequence_numbers_that_jump_backwards_are_counted_and_dropped() {
     let mut arb = Arbiter::new(config());
     let mut out = Recorder::default();
