@@ -53,6 +53,8 @@ impl From<&ArbiterCounters> for Upstream {
             session_changes: c.session_changes,
             backwards: c.backwards,
             reorder_overflow: c.reorder_overflow,
+            other_session: c.other_session,
+            after_end: c.after_end,
             end_of_session: c.end_of_session,
         }
     }

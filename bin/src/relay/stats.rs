@@ -53,6 +53,11 @@ pub struct Upstream {
     pub reorder_overflow: u64,
     /// End-of-session packets received in sequence.
     pub end_of_session: u64,
+    /// Packets of a session other than the one followed (stragglers of an
+    /// old session, or a feed that is not the configured one).
+    pub other_session: u64,
+    /// Packets with new data after the end of session: dropped.
+    pub after_end: u64,
 }
 
 /// What the relay itself counts, per message; plain integers on the hot
@@ -111,7 +116,7 @@ pub struct StreamCount {
 
 /// Labels of the counters file's fixed slots, in order; the per-stream
 /// slots (`stream.NAME.messages`) follow.
-pub const FIXED_LABELS: [&str; 36] = [
+pub const FIXED_LABELS: [&str; 38] = [
     "packets",
     "packets_a",
     "packets_b",
@@ -138,6 +143,8 @@ pub const FIXED_LABELS: [&str; 36] = [
     "backwards",
     "reorder_overflow",
     "end_of_session",
+    "other_session",
+    "after_end",
     "publish_errors",
     "passthrough_packets",
     "passthrough_errors",
@@ -151,7 +158,7 @@ pub const FIXED_LABELS: [&str; 36] = [
 ];
 
 /// Every counter's value in [`FIXED_LABELS`] order. No allocation.
-pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 36] {
+pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 38] {
     [
         u.packets_a + u.packets_b + u.packets_recovery,
         u.packets_a,
@@ -179,6 +186,8 @@ pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 36] {
         u.backwards,
         u.reorder_overflow,
         u.end_of_session,
+        u.other_session,
+        u.after_end,
         l.publish_errors,
         l.passthrough_packets,
         l.passthrough_errors,
