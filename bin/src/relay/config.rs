@@ -44,6 +44,9 @@ pub struct RelayConfig {
     /// Optional recording of what is relayed, for `mdbus-replay`.
     #[serde(default)]
     pub record: RecordConfig,
+    /// The published streams' behaviour at the end of the input.
+    #[serde(default)]
+    pub output: OutputConfig,
     /// The polling thread.
     #[serde(default)]
     pub thread: ThreadConfig,
@@ -348,6 +351,26 @@ pub struct RecordConfig {
     /// recording. Recording copies each message into a 64 KiB buffer on the
     /// polling thread and writes the buffer out when it fills.
     pub path: PathBuf,
+}
+
+/// `[output]`: the end of the published streams.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    /// When the input ends (end of file, or end of session with
+    /// `input.stop_at_end_of_session`), keep answering retransmit requests
+    /// on UDP and verbs streams this long before closing them, so
+    /// subscribers that lost the last datagrams can still recover them.
+    #[serde(with = "duration_str")]
+    pub linger: Duration,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            linger: Duration::from_secs(1),
+        }
+    }
 }
 
 /// `[thread]`: the polling thread.

@@ -89,6 +89,12 @@ impl Pipeline {
         }
     }
 
+    /// Whether any stream runs on a datagram transport (UDP or verbs UD),
+    /// whose subscribers may ask for retransmissions.
+    pub fn has_datagram_streams(&self) -> bool {
+        self.flush_needed
+    }
+
     /// The streams' names, in routing order.
     pub fn names(&self) -> &[String] {
         &self.names

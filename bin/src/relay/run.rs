@@ -32,6 +32,10 @@ const MAX_DATAGRAM: usize = 65_536;
 const BATCH: usize = 32;
 /// Empty polls between two calls of the publishers' idle duties.
 const IDLE_SERVICE_EVERY: u32 = 256;
+/// Longest time between two calls of the publishers' duties while the feed
+/// keeps the relay busy: a datagram subscriber's retransmit request waits
+/// at most this long for its answer.
+const SERVICE_EVERY_NS: u64 = 1_000_000;
 
 /// How long a run lasts and how it is stopped.
 #[derive(Debug, Clone)]
@@ -244,6 +248,7 @@ impl Relay {
             deadline: opts
                 .duration
                 .map(|d| start.saturating_add(d.as_nanos() as u64)),
+            next_service: start,
             next_refresh: start,
             refresh_ns: self.config.counters.refresh.as_nanos() as u64,
             next_log: start + self.config.counters.log_interval.as_nanos() as u64,
@@ -278,6 +283,9 @@ impl Relay {
                 line_b,
             } => self.run_pcap(&path, &mut arbiter, line_a, line_b, &mut state, opts)?,
         };
+        if matches!(ended_by, "end-of-session" | "end-of-file") {
+            self.linger(&mut state, opts);
+        }
         let secs = (monotonic_ns() - start) as f64 / 1e9;
         self.pipeline.finish_recording()?;
         self.refresh(&state.upstream);
@@ -293,6 +301,31 @@ impl Relay {
         })
     }
 
+    /// After the input ended: keeps answering datagram subscribers'
+    /// retransmit requests for `output.linger` (or until stopped), so the
+    /// last messages of the feed can still be recovered. Shared memory has
+    /// nothing to answer.
+    fn linger(&mut self, s: &mut Loop, opts: &RunOptions) {
+        let linger = self.config.output.linger.as_nanos() as u64;
+        if linger == 0 || !self.pipeline.has_datagram_streams() {
+            return;
+        }
+        let until = monotonic_ns().saturating_add(linger);
+        let idle = self.config.thread.idle;
+        loop {
+            let now = monotonic_ns();
+            if now >= until {
+                return;
+            }
+            self.pipeline.idle(now);
+            s.next_service = now + SERVICE_EVERY_NS;
+            if self.housekeeping(s, opts, now).is_some() {
+                return;
+            }
+            idle_wait(idle);
+        }
+    }
+
     fn refresh(&self, up: &Upstream) {
         if let Some(c) = &self.counters {
             self.pipeline.publish_counters(c, up, now_ns());
@@ -301,7 +334,11 @@ impl Relay {
 
     /// Between datagrams: counters, log line, stop conditions. Returns
     /// why to stop, if it is time to.
-    fn housekeeping(&self, s: &mut Loop, opts: &RunOptions, now: u64) -> Option<&'static str> {
+    fn housekeeping(&mut self, s: &mut Loop, opts: &RunOptions, now: u64) -> Option<&'static str> {
+        if now >= s.next_service {
+            s.next_service = now + SERVICE_EVERY_NS;
+            self.pipeline.idle(now);
+        }
         if now >= s.next_refresh {
             s.next_refresh = now + s.refresh_ns;
             self.refresh(&s.upstream);
@@ -381,6 +418,7 @@ impl Relay {
                 empty_polls = empty_polls.wrapping_add(1);
                 if empty_polls % IDLE_SERVICE_EVERY == 0 {
                     self.pipeline.idle(now);
+                    s.next_service = now + SERVICE_EVERY_NS;
                 }
                 idle_wait(idle);
             }
@@ -526,6 +564,7 @@ impl Relay {
 
 struct Loop {
     deadline: Option<u64>,
+    next_service: u64,
     next_refresh: u64,
     refresh_ns: u64,
     next_log: u64,

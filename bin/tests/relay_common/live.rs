@@ -114,7 +114,25 @@ pub fn live(bus: &str, sub_bus: Option<mdbus::Config>, port: u16, day: Day) {
             *want.entry(s.to_string()).or_default() += 1;
         }
     }
-    let got = collect(&mut subs, &want, DEADLINE);
+    let counters = scratch.path("counters");
+    let relay_counters = || match mdbus::counters::CountersReader::open_unchecked(&counters) {
+        Ok(r) => {
+            let nonzero: Vec<String> = r
+                .labels()
+                .into_iter()
+                .zip(r.values())
+                .filter(|(_, v)| *v != 0)
+                .map(|(l, v)| format!("{l}={v}"))
+                .collect();
+            format!(
+                "relay counters: {}; exchange: {:?}",
+                nonzero.join(" "),
+                exchange.counters()
+            )
+        }
+        Err(e) => format!("relay counters unreadable: {e}"),
+    };
+    let got = collect_with(&mut subs, &want, DEADLINE, &relay_counters);
     let summary = runner.join().unwrap();
     let ex = exchange.stop();
     assert_eq!(summary.ended_by, "end-of-session", "{summary:?}");

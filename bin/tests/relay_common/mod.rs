@@ -122,6 +122,17 @@ pub fn collect(
     want: &BTreeMap<String, usize>,
     deadline: Duration,
 ) -> BTreeMap<String, Received> {
+    collect_with(subs, want, deadline, &String::new)
+}
+
+/// [`collect`], adding `context()` (the relay's counters, say) to the
+/// failure message.
+pub fn collect_with(
+    subs: &mut [mdbus::Subscriber],
+    want: &BTreeMap<String, usize>,
+    deadline: Duration,
+    context: &dyn Fn() -> String,
+) -> BTreeMap<String, Received> {
     let mut got: BTreeMap<String, Received> = subs
         .iter()
         .map(|s| (s.name().to_string(), Received::default()))
@@ -157,9 +168,19 @@ pub fn collect(
         if Instant::now() > until {
             let counts: Vec<_> = got
                 .iter()
-                .map(|(k, v)| (k.clone(), v.messages.len()))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}: {} messages, {} losses, ended {}",
+                        v.messages.len(),
+                        v.losses,
+                        v.ended
+                    )
+                })
                 .collect();
-            panic!("subscribers did not get everything within {deadline:?}: have {counts:?}, want {want:?}");
+            panic!(
+                "subscribers did not get everything within {deadline:?}: have {counts:?}, want {want:?}; {}",
+                context()
+            );
         }
         std::thread::yield_now();
     }
