@@ -172,10 +172,11 @@ pub struct StreamConfig {
     /// Requests for one gap before it is declared unrecoverable.
     pub retransmit_retries: u32,
     /// Send each message as it is committed (datagram transports). Off:
-    /// messages are packed into datagrams until one fills or the
-    /// publisher's `flush` or `service` is called, which saves system calls
-    /// when messages come in bursts (a feed handler flushes once per
-    /// inbound packet).
+    /// messages are packed into datagrams, and on UDP full datagrams are
+    /// queued (up to 32), until the publisher's `flush` or `service` is
+    /// called; then they leave together, with one `sendmmsg`. That saves
+    /// system calls when messages come in bursts (a feed handler flushes
+    /// once per inbound packet).
     pub autoflush: bool,
 }
 
