@@ -287,35 +287,6 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-/// Writes `log` records to stderr: warnings and errors always, info with
-/// `--verbose`.
-pub fn init_logging(verbose: bool) {
-    struct Stderr;
-    impl log::Log for Stderr {
-        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-            m.level() <= log::max_level()
-        }
-        fn log(&self, r: &log::Record<'_>) {
-            if self.enabled(r.metadata()) {
-                eprintln!(
-                    "mdbus-perf: {}: {}",
-                    r.level().as_str().to_lowercase(),
-                    r.args()
-                );
-            }
-        }
-        fn flush(&self) {}
-    }
-    static LOGGER: Stderr = Stderr;
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(if verbose {
-            log::LevelFilter::Info
-        } else {
-            log::LevelFilter::Warn
-        });
-    }
-}
-
 /// Detects a dead peer or a stalled run from inside a spin loop.
 ///
 /// [`Watchdog::idle`] is called once per empty poll: it waits per the

@@ -119,7 +119,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    common::init_logging(cli.verbose);
+    mdbus_tools::logging::init("mdbus-perf", cli.verbose);
     let (role, result) = match &cli.command {
         Command::Pingpong(args) => (args.role_name(), pingpong::run(args)),
         Command::Throughput(args) => (args.role_name(), throughput::run(args)),

@@ -90,34 +90,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     mdbus::config::duration_str::parse(s)
 }
 
-/// Logs to stderr, prefixed with the program name.
-pub fn init_logging(verbose: bool) {
-    struct Stderr;
-    impl log::Log for Stderr {
-        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-            m.level() <= log::max_level()
-        }
-        fn log(&self, r: &log::Record<'_>) {
-            if self.enabled(r.metadata()) {
-                eprintln!(
-                    "mdbus-relay: {}: {}",
-                    r.level().as_str().to_lowercase(),
-                    r.args()
-                );
-            }
-        }
-        fn flush(&self) {}
-    }
-    static LOGGER: Stderr = Stderr;
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(if verbose {
-            log::LevelFilter::Info
-        } else {
-            log::LevelFilter::Warn
-        });
-    }
-}
-
 /// Prints a run's summary: text on stderr and stdout, or JSON on stdout.
 pub fn print_summary(summary: &Summary, json: bool) {
     if json {
@@ -134,7 +106,7 @@ pub fn print_summary(summary: &Summary, json: bool) {
 /// The program: parses the command line and runs.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    crate::logging::init("mdbus-relay", cli.verbose);
     if let Some(Command::Simulate(args)) = &cli.command {
         return crate::exchange::run_simulate(args);
     }

@@ -82,7 +82,7 @@ enum Command {
 /// status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    crate::logging::init("mdbus-replay", cli.verbose);
     let result = match &cli.command {
         Command::Synth(a) => synth::run(a).map(|r| {
             if a.json {
@@ -123,33 +123,4 @@ pub fn main() -> ExitCode {
 fn report_error(e: &ReplayError) -> ExitCode {
     eprintln!("mdbus-replay: {e}");
     ExitCode::from(e.exit_code())
-}
-
-/// Writes `log` records to stderr: warnings and errors always, info with
-/// `--verbose`.
-fn init_logging(verbose: bool) {
-    struct Stderr;
-    impl log::Log for Stderr {
-        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-            m.level() <= log::max_level()
-        }
-        fn log(&self, r: &log::Record<'_>) {
-            if self.enabled(r.metadata()) {
-                eprintln!(
-                    "mdbus-replay: {}: {}",
-                    r.level().as_str().to_lowercase(),
-                    r.args()
-                );
-            }
-        }
-        fn flush(&self) {}
-    }
-    static LOGGER: Stderr = Stderr;
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(if verbose {
-            log::LevelFilter::Info
-        } else {
-            log::LevelFilter::Warn
-        });
-    }
 }
