@@ -176,6 +176,10 @@ pub struct ArbiterSettings {
     /// requested.
     #[serde(with = "duration_str")]
     pub gap_wait: Duration,
+    /// A packet more than this many messages ahead of the next expected
+    /// one is taken for damaged and dropped (counted in `suspect_jumps`)
+    /// until 8 such packets in a row confirm the jump; 0: no limit.
+    pub max_jump: u64,
 }
 
 impl Default for ArbiterSettings {
@@ -188,6 +192,7 @@ impl Default for ArbiterSettings {
             max_request_messages: 1000,
             requests_per_second: 1000,
             gap_wait: Duration::from_micros(200),
+            max_jump: 10_000_000,
         }
     }
 }

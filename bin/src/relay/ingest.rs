@@ -27,6 +27,7 @@ pub fn arbiter_config(input: &InputConfig, session: Option<Session>) -> ArbiterC
         max_request_messages: a.max_request_messages.min(u16::MAX - 1),
         requests_per_second: a.requests_per_second,
         gap_wait_ns: a.gap_wait.as_nanos() as u64,
+        max_jump: a.max_jump,
     }
 }
 
@@ -53,6 +54,7 @@ impl From<&ArbiterCounters> for Upstream {
             session_changes: c.session_changes,
             backwards: c.backwards,
             reorder_overflow: c.reorder_overflow,
+            suspect_jumps: c.suspect_jumps,
             other_session: c.other_session,
             after_end: c.after_end,
             end_of_session: c.end_of_session,

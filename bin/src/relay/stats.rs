@@ -58,6 +58,8 @@ pub struct Upstream {
     pub other_session: u64,
     /// Packets with new data after the end of session: dropped.
     pub after_end: u64,
+    /// Packets dropped for a sequence number implausibly far ahead.
+    pub suspect_jumps: u64,
 }
 
 /// What the relay itself counts, per message; plain integers on the hot
@@ -116,7 +118,7 @@ pub struct StreamCount {
 
 /// Labels of the counters file's fixed slots, in order; the per-stream
 /// slots (`stream.NAME.messages`) follow.
-pub const FIXED_LABELS: [&str; 38] = [
+pub const FIXED_LABELS: [&str; 39] = [
     "packets",
     "packets_a",
     "packets_b",
@@ -145,6 +147,7 @@ pub const FIXED_LABELS: [&str; 38] = [
     "end_of_session",
     "other_session",
     "after_end",
+    "suspect_jumps",
     "publish_errors",
     "passthrough_packets",
     "passthrough_errors",
@@ -158,7 +161,7 @@ pub const FIXED_LABELS: [&str; 38] = [
 ];
 
 /// Every counter's value in [`FIXED_LABELS`] order. No allocation.
-pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 38] {
+pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 39] {
     [
         u.packets_a + u.packets_b + u.packets_recovery,
         u.packets_a,
@@ -188,6 +191,7 @@ pub fn fixed_values(u: &Upstream, l: &Local, lat: &Summary) -> [u64; 38] {
         u.end_of_session,
         u.other_session,
         u.after_end,
+        u.suspect_jumps,
         l.publish_errors,
         l.passthrough_packets,
         l.passthrough_errors,

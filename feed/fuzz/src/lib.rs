@@ -198,6 +198,7 @@ pub fn arbiter(data: &[u8]) {
         max_request_messages: max_request,
         requests_per_second: [0, 1, 1000, 100_000][usize::from((r >> 2) & 3)],
         gap_wait_ns: if k & 0x80 != 0 { 500 } else { 0 },
+        max_jump: [0, 3, 1000, 10_000_000][usize::from(r & 3)],
     };
     let mut arb = Arbiter::new(config);
     let mut sink = Checker {

@@ -27,6 +27,12 @@
 //!   ([`ArbiterSink::unrecoverable`]), counted and skipped, and delivery
 //!   continues after it. So is the oldest gap when the reorder store is
 //!   full.
+//! - A packet whose sequence number is more than
+//!   [`max_jump`](ArbiterConfig::max_jump) beyond the next expected one is
+//!   taken for damaged and dropped ([`ArbiterCounters::suspect_jumps`]):
+//!   believed, it would open a gap of billions of messages, be given up,
+//!   and leave every genuine packet after it behind. The jump stands once
+//!   [`JUMP_CONFIRM`] such packets arrive in a row.
 //! - Malformed packets (any [`PacketError`](crate::moldudp64::PacketError),
 //!   sequence number 0, a range that overflows) are counted and dropped.
 //!   A new session name mid-stream ends the old session (what is stored is
@@ -137,12 +143,22 @@ pub struct ArbiterConfig {
     pub requests_per_second: u32,
     /// How long a gap may wait for the other line before it is requested.
     pub gap_wait_ns: u64,
+    /// Largest jump ahead of the next expected sequence number that one
+    /// packet is believed about; farther packets count as
+    /// [`ArbiterCounters::suspect_jumps`] until [`JUMP_CONFIRM`] in a row
+    /// confirm the jump. 0: no limit.
+    pub max_jump: u64,
 }
+
+/// Packets in a row beyond [`ArbiterConfig::max_jump`] that make a jump
+/// believed.
+pub const JUMP_CONFIRM: u32 = 8;
 
 impl Default for ArbiterConfig {
     /// Any session, late join, 4 MiB / 4,096 packets of reorder store,
     /// 20 ms request timeout, 5 retries, 1,000 messages a request, 1,000
-    /// requests a second, 200 µs wait for the other line.
+    /// requests a second, 200 µs wait for the other line, jumps of more than
+    /// 10,000,000 messages suspect.
     fn default() -> Self {
         Self {
             expected_session: None,
@@ -154,6 +170,7 @@ impl Default for ArbiterConfig {
             max_request_messages: 1000,
             requests_per_second: 1000,
             gap_wait_ns: 200_000,
+            max_jump: 10_000_000,
         }
     }
 }
@@ -284,6 +301,10 @@ pub struct ArbiterCounters {
     pub end_of_session: u64,
     /// Packets with new messages after the end of their session (dropped).
     pub after_end: u64,
+    /// Packets dropped for a sequence number more than
+    /// [`ArbiterConfig::max_jump`] ahead, before [`JUMP_CONFIRM`] of them
+    /// in a row made the jump believed.
+    pub suspect_jumps: u64,
 }
 
 /// MoldUDP64 A/B arbitration with gap recovery; see the [module
@@ -306,6 +327,8 @@ pub struct Arbiter {
     /// Sequence number the end-of-session packet announced.
     end_at: Option<u64>,
     ended: bool,
+    /// Packets in a row beyond `max_jump`.
+    jump_run: u32,
     store: Store,
     gaps: Gaps,
     bucket: Bucket,
@@ -327,6 +350,7 @@ impl Arbiter {
             last_sequence: [None; 2],
             end_at: None,
             ended: false,
+            jump_run: 0,
             store: Store::new(config.reorder_bytes, max_packets),
             // Gaps never outnumber stored packets by more than one; one
             // more slot for the moment a split precedes the store.
@@ -374,6 +398,15 @@ impl Arbiter {
         }
         if !self.started {
             self.start_at(self.config.start_sequence.unwrap_or(first).max(1));
+        }
+        if self.config.max_jump > 0 && first > self.expected.saturating_add(self.config.max_jump) {
+            self.jump_run += 1;
+            if self.jump_run < JUMP_CONFIRM {
+                self.counters.suspect_jumps += 1;
+                return;
+            }
+        } else {
+            self.jump_run = 0;
         }
         if let Some(i) = match line {
             Line::A => Some(0),

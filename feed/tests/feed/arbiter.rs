@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use allocation_counter::measure;
 use mdbus_feed::arbiter::{
-    Arbiter, ArbiterConfig, ArbiterConfigError, ArbiterCounters, ArbiterSink, Line,
+    Arbiter, ArbiterConfig, ArbiterConfigError, ArbiterCounters, ArbiterSink, Line, JUMP_CONFIRM,
     REQUESTS_IN_FLIGHT, REQUEST_BURST,
 };
 use mdbus_feed::moldudp64::{self, PacketBuilder, Request, Session};
@@ -624,6 +624,42 @@ fn sequence_numbers_that_jump_backwards_are_counted_and_dropped() {
     let c = arb.counters();
     assert_eq!(c.backwards, 1);
     assert_eq!((c.duplicate_packets, c.duplicate_messages), (3, 13));
+}
+
+#[test]
+fn a_single_packet_far_ahead_is_suspect_and_a_jump_the_feed_keeps_to_stands() {
+    let mut arb = Arbiter::new(ArbiterConfig {
+        max_jump: 1000,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 5), 0, &mut out);
+    // A damaged heartbeat and a damaged data packet, far ahead.
+    arb.on_packet(
+        Line::A,
+        &moldudp64::heartbeat(s1(), u64::MAX / 2),
+        1,
+        &mut out,
+    );
+    arb.on_packet(Line::B, &packet(1_000_000, 1), 2, &mut out);
+    // The feed goes on: neither opened a gap.
+    arb.on_packet(Line::A, &packet(6, 5), 3, &mut out);
+    assert_eq!(out.sequences(), (1..=10).collect::<Vec<_>>());
+    assert!(out.requests.is_empty());
+    let c = arb.counters();
+    assert_eq!(c.suspect_jumps, 2);
+    assert_eq!((c.gaps, c.unrecoverable), (0, 0));
+    // A jump the feed keeps to: from 5000 on, packet after packet. The
+    // JUMP_CONFIRM-th in a row is believed and the gap before it requested.
+    let confirm = u64::from(JUMP_CONFIRM);
+    for i in 0..confirm {
+        arb.on_packet(Line::A, &packet(5_000 + i, 1), 10 + i, &mut out);
+    }
+    let c = arb.counters();
+    assert_eq!(c.suspect_jumps, 2 + confirm - 1);
+    assert_eq!(c.gaps, 1);
+    assert_eq!(out.requests.first().map(|r| r.sequence), Some(11));
+    assert_eq!(arb.stored_packets(), 1);
 }
 
 #[test]
