@@ -8,8 +8,10 @@
 //! |---|---|
 //! | [`itch`] | NASDAQ TotalView-ITCH 5.0: zero-copy decoding and encoding of all 23 message types, the stock locate [`Directory`](itch::Directory) |
 //! | [`moldudp64`] | MoldUDP64 downstream packets (parse, iterate, build), heartbeats, end of session, request packets |
+//! | [`arbiter`] | A/B line arbitration and gap recovery (re-requests), without I/O |
 //! | [`binaryfile`] | the length-prefixed BinaryFILE format of historical ITCH files |
 //! | [`pcap`] | reading UDP/IPv4 datagrams from pcap and pcapng captures; writing pcap |
+//! | [`mdcap`] | mdbus's own capture format: timestamped, sequenced messages as the relay saw them |
 //! | [`synth`] | a deterministic synthetic ITCH session and its packing into MoldUDP64 |
 //! | [`alpha`] | fixed-width space-padded ASCII fields (symbols, MPIDs, session names) |
 //!
