@@ -6,16 +6,21 @@
 //!
 //! Each host is a network namespace on one switched network
 //! (tests/netns); each role is a thread of this process that enters its
-//! host's namespace (`setns`) before it creates its sockets. Needs root
-//! and iproute2; prints SKIPPED otherwise.
+//! host's namespace (`setns`) before it creates its sockets. The loss is
+//! the network's: nftables rules at the relay host's ingress drop 3% of
+//! line A and, drawing their own random numbers, 3% of line B. Where `nft`
+//! is missing the simulator drops the same shares itself, independently
+//! per line. Needs root and iproute2; prints SKIPPED otherwise.
 
 #[path = "../../tests/netns/mod.rs"]
 mod netns;
 mod relay_common;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -61,6 +66,66 @@ fn bus(t: &Topology, h: usize, port: u16) -> String {
         ));
     }
     s
+}
+
+/// Table and chain of the loss rules.
+const LOSS_CHAIN: [&str; 2] = ["relay_loss", "lines"];
+
+/// Drops `per_mille` of the datagrams to `a` and, independently, of those
+/// to `b` as they enter the relay host. False when nftables is missing.
+fn lose_on_each_line(t: &Topology, a: SocketAddrV4, b: SocketAddrV4, per_mille: u32) -> bool {
+    let have_nft = std::process::Command::new("nft")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_nft {
+        return false;
+    }
+    let rule = |g: SocketAddrV4| {
+        format!(
+            "  ip daddr {} udp dport {} numgen random mod 1000 < {per_mille} counter drop\n",
+            g.ip(),
+            g.port()
+        )
+    };
+    let rules = format!(
+        "table ip {} {{\n chain {} {{\n  type filter hook prerouting priority -300; policy accept;\n{}{} }}\n}}\n",
+        LOSS_CHAIN[0],
+        LOSS_CHAIN[1],
+        rule(a),
+        rule(b)
+    );
+    let mut nft = t
+        .exec(RELAY, &["nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft runs");
+    nft.stdin
+        .take()
+        .expect("nft's stdin")
+        .write_all(rules.as_bytes())
+        .expect("rules written to nft");
+    assert!(
+        nft.wait().expect("nft ends").success(),
+        "nft took the rules:\n{rules}"
+    );
+    true
+}
+
+/// Datagrams the two loss rules dropped, line A's then line B's.
+fn dropped_per_line(t: &Topology) -> Vec<u64> {
+    let out = t
+        .exec(
+            RELAY,
+            &["nft", "list", "chain", "ip", LOSS_CHAIN[0], LOSS_CHAIN[1]],
+        )
+        .output()
+        .expect("nft lists the chain");
+    String::from_utf8_lossy(&out.stdout)
+        .split("packets ")
+        .skip(1)
+        .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect()
 }
 
 #[test]
@@ -138,6 +203,10 @@ fn simulator_relay_and_three_subscriber_hosts() {
         .recv_timeout(DEADLINE)
         .expect("the relay started");
 
+    // 3% loss on each line, independently: in the network when nftables
+    // is here, else at the simulator.
+    let network_loss = lose_on_each_line(&t, line_a, line_b, 30);
+    let sim_drop = if network_loss { 0.0 } else { 0.03 };
     let sim_ns = t.hosts[SIM].clone();
     let exchange = std::thread::spawn(move || {
         enter(&sim_ns);
@@ -147,8 +216,8 @@ fn simulator_relay_and_three_subscriber_hosts() {
             line_b,
             interface: sim_addr,
             ttl: 1,
-            drop_a: 0.03,
-            drop_b: 0.03,
+            drop_a: sim_drop,
+            drop_b: sim_drop,
             seed: 5,
             synth: synth(),
             messages_per_second: 50_000,
@@ -173,10 +242,30 @@ fn simulator_relay_and_three_subscriber_hosts() {
     let c = &summary.counters;
     assert_eq!(c.local.messages_in, sent.len() as u64);
     assert_eq!(c.upstream.unrecoverable, 0);
-    assert!(ex.dropped_a > 0 && ex.dropped_b > 0, "{ex:?}");
-    if ex.dropped_both > 0 {
-        assert!(c.upstream.wins_recovery > 0, "{c:?}");
+    if network_loss {
+        let dropped = dropped_per_line(&t);
+        assert_eq!(dropped.len(), 2, "two loss rules");
+        assert!(
+            dropped.iter().all(|&d| d > 0),
+            "both lines lost: {dropped:?}"
+        );
+        assert!(c.upstream.gaps > 0, "{c:?}");
+        eprintln!(
+            "lost in the network: A {}, B {} datagrams; relay: {} gaps, {} recovered from the server",
+            dropped[0], dropped[1], c.upstream.gaps, c.upstream.wins_recovery
+        );
+    } else {
+        assert!(ex.dropped_a > 0 && ex.dropped_b > 0, "{ex:?}");
+        if ex.dropped_both > 0 {
+            assert!(c.upstream.wins_recovery > 0, "{c:?}");
+        }
     }
+    // Every message either line lost came from the other line or from
+    // the re-request server.
+    assert_eq!(
+        c.upstream.wins_a + c.upstream.wins_b + c.upstream.wins_recovery,
+        c.local.messages_in
+    );
     for (h, g) in SUBSCRIBERS.iter().zip(&got) {
         eprintln!(
             "host {h}: {:?}",
