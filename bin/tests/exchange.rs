@@ -4,9 +4,11 @@
 //! answers, malformed requests, configuration errors, and tshark's
 //! MoldUDP64 and ITCH dissectors over a capture of a run.
 
+#[path = "../../feed/tests/support/tshark.rs"]
+mod tshark;
+
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -513,30 +515,6 @@ fn heartbeats_fill_idle_time_and_the_session_ends_three_times() {
 // ---------------------------------------------------------------------
 // tshark over a capture of a run.
 
-fn tshark_version() -> Option<String> {
-    let out = Command::new("tshark").arg("--version").output().ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_owned()
-    })
-}
-
-fn run_tshark(args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .args(args)
-        .output()
-        .expect("tshark runs");
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
-}
-
 /// One captured frame as we read it.
 #[derive(Debug, PartialEq)]
 struct Frame {
@@ -547,11 +525,9 @@ struct Frame {
 
 #[test]
 fn tshark_decodes_a_capture_of_the_simulator_without_complaint() {
-    let Some(version) = tshark_version() else {
-        eprintln!(
-            "SKIPPED tshark_decodes_a_capture_of_the_simulator_without_complaint: tshark is \
-             not installed (apt-get install tshark)"
-        );
+    let Some(version) =
+        tshark::version_or_skip("tshark_decodes_a_capture_of_the_simulator_without_complaint")
+    else {
         return;
     };
     eprintln!("using {version}");
@@ -624,57 +600,32 @@ fn tshark_decodes_a_capture_of_the_simulator_without_complaint() {
     assert_eq!(carried, 2 * n - x.dropped_messages_b);
     assert_eq!((x.messages_a, x.messages_b), (n, n - x.dropped_messages_b));
 
-    let file = path.to_str().unwrap();
-    let decode_as = format!("udp.port=={port},moldudp64");
-    let common = [
-        "-r",
-        file,
-        "-d",
-        &decode_as,
-        "-d",
-        "moldudp64.payload,nasdaq_itch",
-        "-o",
-        "ip.check_checksum:TRUE",
-        "-o",
-        "udp.check_checksum:TRUE",
-    ];
-    let mut args = common.to_vec();
-    args.push("-V");
-    let verbose = run_tshark(&args);
-    assert!(
-        !verbose.contains("Malformed"),
-        "tshark reports a malformed packet"
-    );
-    assert!(
-        !verbose.contains("Expert Info (Error"),
-        "tshark reports an error"
-    );
-    let itch_layers = verbose
-        .lines()
-        .filter(|l| l.trim_start().starts_with("Nasdaq TotalView-ITCH"))
-        .count() as u64;
+    let (_, itch_layers) = tshark::dissect_clean(&path, port);
+    let itch_layers = itch_layers as u64;
     assert_eq!(itch_layers, carried, "one ITCH layer per message");
 
-    let mut args = common.to_vec();
-    args.extend([
-        "-T",
-        "fields",
-        "-E",
-        "separator=;",
-        "-e",
-        "moldudp64.session",
-        "-e",
-        "moldudp64.sequence",
-        "-e",
-        "moldudp64.count",
-        "-e",
-        "nasdaq-itch.message_type",
-        "-e",
-        "ip.checksum.status",
-        "-e",
-        "udp.checksum.status",
-    ]);
-    let fields = run_tshark(&args);
+    let fields = tshark::run(
+        &path,
+        port,
+        &[
+            "-T",
+            "fields",
+            "-E",
+            "separator=;",
+            "-e",
+            "moldudp64.session",
+            "-e",
+            "moldudp64.sequence",
+            "-e",
+            "moldudp64.count",
+            "-e",
+            "nasdaq-itch.message_type",
+            "-e",
+            "ip.checksum.status",
+            "-e",
+            "udp.checksum.status",
+        ],
+    );
     let got: Vec<&str> = fields.lines().collect();
     assert_eq!(got.len(), frames.len(), "one line per frame");
     for (i, (line, want)) in got.iter().zip(&frames).enumerate() {

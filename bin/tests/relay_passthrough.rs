@@ -5,9 +5,10 @@
 //! without a malformed packet (skipped, saying so, without tshark).
 
 mod relay_common;
+#[path = "../../feed/tests/support/tshark.rs"]
+mod tshark;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mdbus_feed::moldudp64::{Packet, PacketKind, Session};
@@ -138,11 +139,11 @@ fn passthrough_carries_the_arbitrated_session() {
     );
 
     // tshark decodes the pass-through without complaint.
-    let Ok(v) = Command::new("tshark").arg("--version").output() else {
-        eprintln!("SKIPPED tshark part of passthrough_carries_the_arbitrated_session: tshark is not installed (apt-get install tshark)");
+    if tshark::version_or_skip("the tshark part of passthrough_carries_the_arbitrated_session")
+        .is_none()
+    {
         return;
-    };
-    assert!(v.status.success());
+    }
     let pcap = scratch.path("out.pcap");
     let mut w = CaptureWriter::create(&pcap).unwrap();
     let relay_addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40_000);
@@ -151,36 +152,8 @@ fn passthrough_carries_the_arbitrated_session() {
             .unwrap();
     }
     w.finish().unwrap();
-    let out = Command::new("tshark")
-        .args([
-            "-r",
-            pcap.to_str().unwrap(),
-            "-d",
-            &format!("udp.port=={port},moldudp64"),
-            "-d",
-            "moldudp64.payload,nasdaq_itch",
-            "-V",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !text.contains("Malformed"),
-        "tshark reports a malformed packet"
-    );
-    assert!(
-        !text.contains("Expert Info (Error"),
-        "tshark reports an error"
-    );
-    let itch_layers = text
-        .lines()
-        .filter(|l| l.trim_start().starts_with("Nasdaq TotalView-ITCH"))
-        .count();
+    // Nothing malformed, and an ITCH layer under every relayed message.
+    let (_, itch_layers) = tshark::dissect_clean(&pcap, port);
     assert_eq!(
         itch_layers,
         sent.len(),

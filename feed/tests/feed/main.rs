@@ -14,3 +14,5 @@ mod moldudp64;
 mod pcap;
 mod synth;
 mod tshark;
+#[path = "../support/tshark.rs"]
+mod tshark_support;

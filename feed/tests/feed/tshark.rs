@@ -14,13 +14,13 @@
 //! (`apt-get install tshark`).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
 
 use mdbus_feed::moldudp64::{Packet, Session};
 use mdbus_feed::pcap::CaptureWriter;
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 
 use crate::common::Scratch;
+use crate::tshark_support as tshark;
 
 const PORT: u16 = 26_477;
 /// 2024-01-02 00:00:00 UTC: synthetic timestamps are since midnight.
@@ -37,37 +37,9 @@ struct Expected {
     types: Vec<char>,
 }
 
-fn tshark_version() -> Option<String> {
-    let out = Command::new("tshark").arg("--version").output().ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_owned()
-    })
-}
-
-fn run_tshark(args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .args(args)
-        .output()
-        .expect("tshark runs");
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
-}
-
 #[test]
 fn tshark_decodes_our_moldudp64_capture() {
-    let Some(version) = tshark_version() else {
-        eprintln!(
-            "SKIPPED tshark_decodes_our_moldudp64_capture: tshark is not installed \
-             (apt-get install tshark)"
-        );
+    let Some(version) = tshark::version_or_skip("tshark_decodes_our_moldudp64_capture") else {
         return;
     };
     eprintln!("using {version}");
@@ -138,45 +110,9 @@ fn tshark_decodes_our_moldudp64_capture() {
     });
     w.finish().unwrap();
 
-    let file = path.to_str().unwrap();
-    let decode_as = format!("udp.port=={PORT},moldudp64");
-    let common = [
-        "-r",
-        file,
-        "-d",
-        &decode_as,
-        // The payload table takes no selector: every block goes to ITCH.
-        "-d",
-        "moldudp64.payload,nasdaq_itch",
-        "-o",
-        "ip.check_checksum:TRUE",
-        "-o",
-        "udp.check_checksum:TRUE",
-    ];
-
     // 1. The full dissection: nothing malformed, no error-level expert
     //    info, and an ITCH layer under every message block.
-    let mut args = common.to_vec();
-    args.push("-V");
-    let verbose = run_tshark(&args);
-    assert!(
-        !verbose.contains("Malformed"),
-        "tshark reports a malformed packet"
-    );
-    assert!(
-        !verbose.contains("Expert Info (Error"),
-        "tshark reports an error:\n{}",
-        verbose
-            .lines()
-            .filter(|l| l.contains("Expert Info (Error"))
-            .take(5)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let itch_layers = verbose
-        .lines()
-        .filter(|l| l.trim_start().starts_with("Nasdaq TotalView-ITCH"))
-        .count();
+    let (verbose, itch_layers) = tshark::dissect_clean(&path, PORT);
     assert_eq!(itch_layers, blocks, "one ITCH layer per message block");
     for name in [
         "Add Order",
@@ -193,30 +129,32 @@ fn tshark_decodes_our_moldudp64_capture() {
 
     // 2. Field by field: framing, sequence numbers, lengths, types and
     //    checksums of every frame.
-    let mut args = common.to_vec();
-    args.extend([
-        "-T",
-        "fields",
-        "-E",
-        "separator=;",
-        "-e",
-        "moldudp64.session",
-        "-e",
-        "moldudp64.sequence",
-        "-e",
-        "moldudp64.count",
-        "-e",
-        "moldudp64.msgseq",
-        "-e",
-        "moldudp64.msglen",
-        "-e",
-        "nasdaq-itch.message_type",
-        "-e",
-        "ip.checksum.status",
-        "-e",
-        "udp.checksum.status",
-    ]);
-    let fields = run_tshark(&args);
+    let fields = tshark::run(
+        &path,
+        PORT,
+        &[
+            "-T",
+            "fields",
+            "-E",
+            "separator=;",
+            "-e",
+            "moldudp64.session",
+            "-e",
+            "moldudp64.sequence",
+            "-e",
+            "moldudp64.count",
+            "-e",
+            "moldudp64.msgseq",
+            "-e",
+            "moldudp64.msglen",
+            "-e",
+            "nasdaq-itch.message_type",
+            "-e",
+            "ip.checksum.status",
+            "-e",
+            "udp.checksum.status",
+        ],
+    );
     let lines: Vec<&str> = fields.lines().collect();
     assert_eq!(lines.len(), expected.len(), "one line per frame");
     fn list<T: std::str::FromStr>(s: &str) -> Vec<T>
