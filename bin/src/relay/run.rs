@@ -380,13 +380,16 @@ impl Relay {
         let mut empty_polls: u32 = 0;
         loop {
             let mut got = 0usize;
+            // One clock read per datagram: the arbiter's monotonic time is
+            // the arrival time's offset from this round's pair of reads.
+            let (round_mono, round_real) = (monotonic_ns(), now_ns());
             for &(line, sock) in &lines {
                 for _ in 0..BATCH {
                     match sock.recv(&mut buf) {
                         Ok(n) => {
                             got += 1;
                             let arrival = now_ns();
-                            let mono = monotonic_ns();
+                            let mono = round_mono + arrival.saturating_sub(round_real);
                             self.datagram(arbiter, line, &buf[..n], arrival, mono, rereq, s);
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
