@@ -22,10 +22,14 @@
 //! | 128 | last update, ns since the Unix epoch (atomic u64, the owner's [`CountersFile::touch`]) |
 //! | 256 + 64·i | slot i: value (atomic u64), label length (u8), label (up to 55 bytes of UTF-8) |
 //!
-//! The file is built under a temporary name and renamed into place, so a
-//! reader never sees a half-written header. A file whose owner process has
-//! exited is *stale*: [`CountersReader::open`] refuses it with
-//! [`CountersError::Stale`], and a new owner replaces it.
+//! The file is built under a temporary name, mode 0600, and renamed into
+//! place without replacing anything ([`crate::sys::file::create_published`]),
+//! so a reader never sees a half-written header. A file whose owner process
+//! has exited is *stale*: [`CountersReader::open`] refuses it with
+//! [`CountersError::Stale`], and a new owner reclaims it. Anything else at
+//! the path (another program's file, a link, another user's file, a
+//! damaged counters file) is an error naming it and is never overwritten
+//! or removed: mdbus deletes only files it created.
 //!
 //! ```
 //! use mdbus::counters::{CountersFile, CountersReader};
@@ -44,14 +48,17 @@
 //! # Ok::<(), mdbus::counters::CountersError>(())
 //! ```
 
-use std::ffi::CString;
+use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::transport::shm::segment::{process_alive, process_start_time};
+use crate::sys::file::{self, checksum, Distrust, FileError, FileId, MapOptions, OpenError};
+use crate::sys::leftovers::Format;
+use crate::sys::map::{Access, Mapping};
+use crate::sys::process::{process_alive, Creator};
 
 /// First eight bytes of every counters file.
 pub const MAGIC: [u8; 8] = *b"MDBUSCNT";
@@ -145,6 +152,24 @@ pub enum CountersError {
         /// The owner's pid.
         pid: u32,
     },
+    /// The path names a link, another user's file, or a file open to
+    /// group/other users.
+    #[error("counters file {} {reason}", path.display())]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Why it is not trusted.
+        reason: Distrust,
+    },
+    /// Something that is not a counters file of a dead owner is at the
+    /// path; it is left as it is.
+    #[error("counters file {}: {what}; mdbus never overwrites or removes a file it did not create: choose another counters path or remove that file yourself", path.display())]
+    Occupied {
+        /// The file.
+        path: PathBuf,
+        /// What is there.
+        what: String,
+    },
     /// A label or owner name is too long, or there are too many labels.
     #[error("counters file {}: {what}", path.display())]
     BadLabel {
@@ -169,61 +194,13 @@ pub struct Owner {
     pub name: String,
 }
 
-/// A mapping of a counters file, read-write for the owner, read-only for a
-/// reader.
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory owned by this value, and every
-// access to the words other processes write goes through atomics; moving it
-// between threads is sound.
-unsafe impl Send for Mapping {}
-// SAFETY: shared references only load or store through atomics (values,
-// the update time) or read the header, which is immutable once published.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn map(path: &Path, fd: &Fd, len: usize, writable: bool) -> Result<Mapping, CountersError> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: a fresh shared mapping of an open descriptor; the kernel
-        // picks the address.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.0, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(io_err(path, "mmap"));
-        }
-        let base = NonNull::new(p.cast()).ok_or_else(|| io_err(path, "mmap"))?;
-        Ok(Mapping { base, len })
-    }
-
-    fn bytes(&self, offset: usize, len: usize) -> &[u8] {
-        assert!(offset + len <= self.len);
-        // SAFETY: inside our mapping (checked above); the bytes read this
-        // way (header, labels) are written before the file is published by
-        // rename and never again.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), len) }
-    }
-
-    fn word(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.len);
-        // SAFETY: `offset` is 8-aligned (the mapping is page-aligned) and
-        // inside the mapping; AtomicU64 has the size and alignment of u64,
-        // and every process touches these words only atomically.
-        unsafe { &*(self.base.as_ptr().add(offset) as *const AtomicU64) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` describe our own mapping, unmapped once here;
-        // borrows of it cannot outlive `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
+/// `len` bytes of `map` at `offset`, for the header and labels.
+fn bytes(map: &Mapping, offset: usize, len: usize) -> &[u8] {
+    assert!(offset.checked_add(len).is_some_and(|end| end <= map.len()));
+    // SAFETY: inside the mapping (checked above), which outlives the borrow;
+    // the bytes read this way (header, labels) are written before the file
+    // is published and never again.
+    unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset), len) }
 }
 
 /// The owner's side: creates the file and stores values.
@@ -236,8 +213,12 @@ pub struct CountersFile {
     path: PathBuf,
     map: Mapping,
     slots: usize,
-    inode: (u64, u64),
+    id: FileId,
 }
+
+// SAFETY: shared references only store or load through atomics (values,
+// the update time); the rest of the mapping is not touched after creation.
+unsafe impl Sync for CountersFile {}
 
 impl std::fmt::Debug for CountersFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,7 +257,7 @@ impl CountersFile {
                 what: format!("label `{l}` is longer than {MAX_LABEL} bytes"),
             });
         }
-        match CountersReader::open_unchecked(&path) {
+        match CountersReader::open_strict(&path) {
             Ok(old) if old.owner_alive() => {
                 let o = old.owner();
                 return Err(CountersError::InUse {
@@ -288,105 +269,78 @@ impl CountersFile {
             Ok(old) => {
                 let o = old.owner();
                 log::warn!(
-                    "replacing stale counters file {} of {} (pid {}), which is no longer running",
+                    "reclaiming stale counters file {} of {} (pid {}), which is no longer running",
                     path.display(),
                     o.name,
                     o.pid
                 );
-                let _ = std::fs::remove_file(&path);
+                if old.id.is_at(&path) {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
             Err(CountersError::Missing { .. }) => {}
+            Err(e @ CountersError::Untrusted { .. }) => return Err(e),
+            Err(CountersError::NotCounters { path }) => {
+                return Err(CountersError::Occupied {
+                    path,
+                    what: "it exists and is not an mdbus counters file".into(),
+                })
+            }
             Err(e) => {
-                log::warn!("replacing unusable counters file: {e}");
-                let _ = std::fs::remove_file(&path);
+                return Err(CountersError::Occupied {
+                    path,
+                    what: format!("it cannot be read as one ({e})"),
+                })
             }
         }
 
         let len = HEADER_BYTES + labels.len() * SLOT_BYTES;
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "counters".into());
-        let tmp = path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let ctmp = cpath(&tmp)?;
-        // SAFETY: `ctmp` is a NUL-terminated path; flags and mode are constants.
-        let fd = unsafe {
-            libc::open(
-                ctmp.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io_err(&tmp, "create"));
-        }
-        let fd = Fd(fd);
-        let built = (|| {
-            // SAFETY: `fd` is an open, writable file descriptor.
-            if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
-                return Err(io_err(&tmp, "size"));
-            }
-            let map = Mapping::map(&tmp, &fd, len, true)?;
-            let mut header = [0u8; HEADER_BYTES];
-            let pid = std::process::id();
-            header[0..8].copy_from_slice(&MAGIC);
-            header[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
-            header[OFF_SLOTS..OFF_SLOTS + 4].copy_from_slice(&(labels.len() as u32).to_le_bytes());
-            header[OFF_SLOT_SIZE..OFF_SLOT_SIZE + 4]
-                .copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
-            header[OFF_HEADER_SIZE..OFF_HEADER_SIZE + 4]
-                .copy_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
-            header[OFF_PID..OFF_PID + 4].copy_from_slice(&pid.to_le_bytes());
-            header[OFF_PROC_START..OFF_PROC_START + 8]
-                .copy_from_slice(&process_start_time(pid).unwrap_or(0).to_le_bytes());
-            header[OFF_START_NS..OFF_START_NS + 8]
-                .copy_from_slice(&crate::clock::now_ns().to_le_bytes());
-            let sum = fnv1a(&header[..OFF_CHECKSUM]);
-            header[OFF_CHECKSUM..OFF_CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
-            header[OFF_NAME..OFF_NAME + owner_name.len()].copy_from_slice(owner_name.as_bytes());
-            // SAFETY: the mapping is `len >= HEADER_BYTES` long and private
-            // to us until the rename below publishes it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(header.as_ptr(), map.base.as_ptr(), HEADER_BYTES)
-            };
-            for (i, label) in labels.iter().enumerate() {
-                let mut slot = [0u8; SLOT_BYTES];
-                slot[8] = label.len() as u8;
-                slot[9..9 + label.len()].copy_from_slice(label.as_bytes());
-                // SAFETY: slot i lies inside the mapping (len counts every
-                // slot), still private to us.
+        let me = Creator::me();
+        let published =
+            file::create_published::<CountersError>(&path, len, MapOptions::default(), |map| {
+                let mut header = [0u8; HEADER_BYTES];
+                header[0..8].copy_from_slice(&MAGIC);
+                header[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+                header[OFF_SLOTS..OFF_SLOTS + 4]
+                    .copy_from_slice(&(labels.len() as u32).to_le_bytes());
+                header[OFF_SLOT_SIZE..OFF_SLOT_SIZE + 4]
+                    .copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
+                header[OFF_HEADER_SIZE..OFF_HEADER_SIZE + 4]
+                    .copy_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
+                header[OFF_PID..OFF_PID + 4].copy_from_slice(&me.pid.to_le_bytes());
+                header[OFF_PROC_START..OFF_PROC_START + 8].copy_from_slice(&me.start.to_le_bytes());
+                header[OFF_START_NS..OFF_START_NS + 8]
+                    .copy_from_slice(&crate::clock::now_ns().to_le_bytes());
+                let sum = checksum(&header[..OFF_CHECKSUM]);
+                header[OFF_CHECKSUM..OFF_CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
+                header[OFF_NAME..OFF_NAME + owner_name.len()]
+                    .copy_from_slice(owner_name.as_bytes());
+                // SAFETY: the mapping is `len >= HEADER_BYTES` long and
+                // private to us until it is published.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        slot.as_ptr(),
-                        map.base.as_ptr().add(HEADER_BYTES + i * SLOT_BYTES),
-                        SLOT_BYTES,
-                    )
+                    std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), HEADER_BYTES)
                 };
-            }
-            Ok(map)
-        })();
-        let map = match built {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
-        let cfinal = cpath(&path)?;
-        // SAFETY: both paths are NUL-terminated; rename is atomic within a
-        // file system, so readers see either no file or a complete one.
-        if unsafe { libc::rename(ctmp.as_ptr(), cfinal.as_ptr()) } != 0 {
-            let e = io_err(&path, "rename");
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        let inode = fstat_inode(&fd).unwrap_or((0, 0));
+                for (i, label) in labels.iter().enumerate() {
+                    let mut slot = [0u8; SLOT_BYTES];
+                    slot[8] = label.len() as u8;
+                    slot[9..9 + label.len()].copy_from_slice(label.as_bytes());
+                    // SAFETY: slot i lies inside the mapping (len counts
+                    // every slot), still private to us.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            slot.as_ptr(),
+                            map.as_ptr().add(HEADER_BYTES + i * SLOT_BYTES),
+                            SLOT_BYTES,
+                        )
+                    };
+                }
+                Ok(())
+            })?;
         Ok(CountersFile {
             path,
-            map,
+            map: published.mapping,
             slots: labels.len(),
-            inode,
+            id: published.id,
         })
     }
 
@@ -406,7 +360,7 @@ impl CountersFile {
     }
 
     fn slot(&self, i: usize) -> Option<&AtomicU64> {
-        (i < self.slots).then(|| self.map.word(HEADER_BYTES + i * SLOT_BYTES))
+        (i < self.slots).then(|| self.map.atomic_u64(HEADER_BYTES + i * SLOT_BYTES))
     }
 
     /// Stores `value` in slot `i` (ignored when `i` is out of range).
@@ -436,7 +390,9 @@ impl CountersFile {
     /// readers compute rates over the owner's own intervals.
     #[inline]
     pub fn touch(&self, now_ns: u64) {
-        self.map.word(OFF_UPDATED).store(now_ns, Ordering::Release);
+        self.map
+            .atomic_u64(OFF_UPDATED)
+            .store(now_ns, Ordering::Release);
     }
 }
 
@@ -444,11 +400,8 @@ impl Drop for CountersFile {
     fn drop(&mut self) {
         // An orderly owner removes its file (if it is still this one), so
         // only a crashed owner leaves a stale file behind.
-        if let Ok(m) = std::fs::metadata(&self.path) {
-            use std::os::unix::fs::MetadataExt;
-            if (m.dev(), m.ino()) == self.inode {
-                let _ = std::fs::remove_file(&self.path);
-            }
+        if self.id.is_at(&self.path) {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -460,7 +413,12 @@ pub struct CountersReader {
     slots: usize,
     owner: Owner,
     labels: Vec<String>,
+    id: FileId,
 }
+
+// SAFETY: shared references only load values through atomics; the labels
+// and header were copied out at open.
+unsafe impl Sync for CountersReader {}
 
 impl std::fmt::Debug for CountersReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -491,39 +449,75 @@ impl CountersReader {
     /// (to read what a crashed owner left).
     pub fn open_unchecked(path: impl AsRef<Path>) -> Result<CountersReader, CountersError> {
         let path = path.as_ref().to_path_buf();
-        let c = cpath(&path)?;
-        // SAFETY: `c` is NUL-terminated; flags are constants.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::NotFound {
-                return Err(CountersError::Missing { path });
+        // Never through a link; readers need not own the file (a monitor
+        // may run as another user the owner granted access).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => CountersError::Missing { path: path.clone() },
+                _ if e.raw_os_error() == Some(libc::ELOOP) => CountersError::Untrusted {
+                    path: path.clone(),
+                    reason: Distrust::Symlink,
+                },
+                _ => CountersError::Io {
+                    path: path.clone(),
+                    op: "open",
+                    source: e,
+                },
+            })?;
+        let meta = file.metadata().map_err(|e| CountersError::Io {
+            path: path.clone(),
+            op: "stat",
+            source: e,
+        })?;
+        CountersReader::parse(path, &file, FileId::of(&meta), meta.len())
+    }
+
+    /// Opens the file as its would-be owner: only a private file of this
+    /// user ([`file::open_private`]).
+    fn open_strict(path: &Path) -> Result<CountersReader, CountersError> {
+        match file::open_private(path, Access::ReadOnly) {
+            Ok((f, id, size)) => CountersReader::parse(path.to_path_buf(), &f, id, size),
+            Err(OpenError::Io(e)) if e.source.kind() == io::ErrorKind::NotFound => {
+                Err(CountersError::Missing {
+                    path: path.to_path_buf(),
+                })
             }
-            return Err(CountersError::Io {
-                path,
-                op: "open",
-                source: e,
-            });
+            Err(OpenError::Io(e)) => Err(e.into()),
+            Err(OpenError::Distrusted { path, reason }) => {
+                Err(CountersError::Untrusted { path, reason })
+            }
         }
-        let fd = Fd(fd);
-        let size = file_size(&fd).ok_or_else(|| io_err(&path, "stat"))?;
+    }
+
+    /// Reads and checks the header with `pread`, then maps only the bytes
+    /// it states (never a size the file alone chose).
+    fn parse(
+        path: PathBuf,
+        file: &File,
+        id: FileId,
+        size: u64,
+    ) -> Result<CountersReader, CountersError> {
         let corrupt = |what: String| CountersError::Corrupt {
             path: path.clone(),
             what,
         };
-        if size < 8 {
+        let mut header = [0u8; HEADER_BYTES];
+        let n = read_prefix(file, &mut header).map_err(|e| CountersError::Io {
+            path: path.clone(),
+            op: "read",
+            source: e,
+        })?;
+        if n < 8 || header[..8] != MAGIC {
             return Err(CountersError::NotCounters { path });
         }
-        let map = Mapping::map(&path, &fd, size, false)?;
-        if map.bytes(0, 8) != MAGIC {
-            return Err(CountersError::NotCounters { path });
-        }
-        if size < HEADER_BYTES {
+        if n < HEADER_BYTES {
             return Err(corrupt(format!(
                 "truncated: {size} bytes, the header alone needs {HEADER_BYTES}"
             )));
         }
-        let header = map.bytes(0, HEADER_BYTES);
         let u32_at =
             |o: usize| u32::from_le_bytes([header[o], header[o + 1], header[o + 2], header[o + 3]]);
         let u64_at = |o: usize| {
@@ -539,7 +533,7 @@ impl CountersReader {
                 supported: VERSION,
             });
         }
-        if fnv1a(&header[..OFF_CHECKSUM]) != u64_at(OFF_CHECKSUM) {
+        if checksum(&header[..OFF_CHECKSUM]) != u64_at(OFF_CHECKSUM) {
             return Err(corrupt("header checksum does not match".into()));
         }
         if u32_at(OFF_SLOT_SIZE) as usize != SLOT_BYTES
@@ -553,11 +547,18 @@ impl CountersReader {
         }
         let slots = u32_at(OFF_SLOTS) as usize;
         let needed = HEADER_BYTES + slots * SLOT_BYTES;
-        if slots > MAX_SLOTS || size < needed {
+        if slots > MAX_SLOTS || size < needed as u64 {
             return Err(corrupt(format!(
                 "{slots} slots need {needed} bytes, the file has {size}"
             )));
         }
+        let map = Mapping::shared(file.as_fd(), needed, Access::ReadOnly, false).map_err(|e| {
+            CountersError::Io {
+                path: path.clone(),
+                op: "mmap",
+                source: e,
+            }
+        })?;
         let name_bytes = &header[OFF_NAME..OFF_NAME + MAX_OWNER_NAME];
         let name_len = name_bytes
             .iter()
@@ -571,7 +572,7 @@ impl CountersReader {
         };
         let mut labels = Vec::with_capacity(slots);
         for i in 0..slots {
-            let slot = map.bytes(HEADER_BYTES + i * SLOT_BYTES, SLOT_BYTES);
+            let slot = bytes(&map, HEADER_BYTES + i * SLOT_BYTES, SLOT_BYTES);
             let n = usize::from(slot[8]);
             if n > MAX_LABEL {
                 return Err(corrupt(format!("slot {i} has a {n}-byte label")));
@@ -584,6 +585,7 @@ impl CountersReader {
             slots,
             owner,
             labels,
+            id,
         })
     }
 
@@ -632,7 +634,7 @@ impl CountersReader {
     pub fn value(&self, i: usize) -> Option<u64> {
         (i < self.slots).then(|| {
             self.map
-                .word(HEADER_BYTES + i * SLOT_BYTES)
+                .atomic_u64(HEADER_BYTES + i * SLOT_BYTES)
                 .load(Ordering::Acquire)
         })
     }
@@ -645,57 +647,55 @@ impl CountersReader {
     /// When the owner last refreshed the file (ns since the Unix epoch; 0
     /// before its first refresh).
     pub fn updated_ns(&self) -> u64 {
-        self.map.word(OFF_UPDATED).load(Ordering::Acquire)
+        self.map.atomic_u64(OFF_UPDATED).load(Ordering::Acquire)
     }
 }
 
-struct Fd(libc::c_int);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own this descriptor and close it once; a mapping stays
-        // valid after its descriptor is closed.
-        unsafe { libc::close(self.0) };
+impl From<FileError> for CountersError {
+    fn from(e: FileError) -> CountersError {
+        CountersError::Io {
+            path: e.path,
+            op: e.op,
+            source: e.source,
+        }
     }
 }
 
-fn io_err(path: &Path, op: &'static str) -> CountersError {
-    CountersError::Io {
-        path: path.to_path_buf(),
-        op,
-        source: io::Error::last_os_error(),
+/// Reads up to `buf.len()` bytes from the start of `file`; the count read.
+fn read_prefix(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(n)
 }
 
-fn cpath(p: &Path) -> Result<CString, CountersError> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| CountersError::Io {
-        path: p.to_path_buf(),
-        op: "open",
-        source: io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"),
-    })
-}
-
-fn file_size(fd: &Fd) -> Option<usize> {
-    // SAFETY: stat is plain old data; zeroed is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open and `st` writable.
-    (unsafe { libc::fstat(fd.0, &mut st) } == 0).then_some(st.st_size as usize)
-}
-
-fn fstat_inode(fd: &Fd) -> Option<(u64, u64)> {
-    // SAFETY: stat is plain old data; zeroed is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open and `st` writable.
-    (unsafe { libc::fstat(fd.0, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+/// How [`crate::sys::leftovers`] recognises a counters file and reads its
+/// owner.
+pub const FORMAT: Format = Format {
+    what: "counters file",
+    magic: MAGIC,
+    creator: |head| {
+        let h = head.get(..OFF_CHECKSUM + 8)?;
+        let version = u32::from_le_bytes(h[OFF_VERSION..OFF_VERSION + 4].try_into().ok()?);
+        let sum = u64::from_le_bytes(h[OFF_CHECKSUM..OFF_CHECKSUM + 8].try_into().ok()?);
+        (h[..8] == MAGIC && version == VERSION && checksum(&h[..OFF_CHECKSUM]) == sum).then(|| {
+            Creator {
+                pid: u32::from_le_bytes(h[OFF_PID..OFF_PID + 4].try_into().expect("4 bytes")),
+                start: u64::from_le_bytes(
+                    h[OFF_PROC_START..OFF_PROC_START + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                ),
+            }
+        })
+    },
+};
 
 #[cfg(test)]
 mod tests {
@@ -751,7 +751,7 @@ mod tests {
     fn forge_owner(path: &Path, pid: u32) {
         let mut bytes = std::fs::read(path).unwrap();
         bytes[OFF_PID..OFF_PID + 4].copy_from_slice(&pid.to_le_bytes());
-        let sum = fnv1a(&bytes[..OFF_CHECKSUM]);
+        let sum = checksum(&bytes[..OFF_CHECKSUM]);
         bytes[OFF_CHECKSUM..OFF_CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
         std::fs::write(path, bytes).unwrap();
     }

@@ -191,15 +191,6 @@ fn verbs_place(device: &str, port: Option<u8>, qp: Option<u32>) -> String {
 }
 
 impl Error {
-    /// Builds an [`Error::Io`] from the last OS error.
-    pub(crate) fn last_os(op: &'static str, target: impl Into<String>) -> Self {
-        Error::Io {
-            op,
-            target: target.into(),
-            source: io::Error::last_os_error(),
-        }
-    }
-
     /// Builds an [`Error::Io`] from an error value.
     pub(crate) fn io(op: &'static str, target: impl Into<String>, source: io::Error) -> Self {
         Error::Io {
@@ -244,6 +235,10 @@ pub enum SegmentProblem {
     /// The header fails its checksum or states an impossible geometry.
     #[error("corrupt header: {0}")]
     Corrupt(&'static str),
+    /// The file is a link, another user's, or open to group/other users:
+    /// its contents could be forged, so it is not read.
+    #[error("{0}")]
+    Untrusted(crate::sys::file::Distrust),
     /// Huge pages were required and cannot be had.
     #[error("huge pages required but unavailable: {0}")]
     NoHugePages(String),

@@ -51,8 +51,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]
-pub mod affinity;
-#[cfg(not(loom))]
 mod bus;
 pub mod clock;
 #[cfg(not(loom))]
@@ -60,6 +58,8 @@ pub mod config;
 #[cfg(not(loom))]
 pub mod counters;
 pub mod error;
+#[cfg(not(loom))]
+pub mod leftovers;
 pub mod message;
 #[cfg(not(loom))]
 pub mod metrics;
@@ -71,6 +71,7 @@ pub mod session;
 #[cfg(not(loom))]
 pub mod stream;
 mod sync;
+pub mod sys;
 pub mod transport;
 pub mod wait;
 pub mod wire;
@@ -85,3 +86,6 @@ pub use message::{Event, Message};
 pub use session::{Session, SessionClaim, SessionStats};
 #[cfg(not(loom))]
 pub use stream::{Claim, Publisher, Subscriber, SubscriberStats};
+/// NUMA placement and thread pinning; lives in [`sys::affinity`].
+#[cfg(not(loom))]
+pub use sys::affinity;

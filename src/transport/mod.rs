@@ -19,6 +19,18 @@ pub mod verbs;
 use crate::error::Result;
 use crate::message::{Event, Message};
 
+/// Bytes per buffer slot for messages of up to `max_message` bytes: wire
+/// header plus payload, rounded up to whole cache lines. Shared by every
+/// transport that keeps preallocated slots (shm rings, verbs pools).
+pub fn slot_size(max_message: usize) -> usize {
+    (crate::wire::HEADER_LEN + max_message).div_ceil(64) * 64
+}
+
+/// Empty polls between two liveness checks of the peer. Checking costs a
+/// system call, so it happens only when idle, and then only every few
+/// microseconds.
+pub const CHECK_EVERY: u32 = 4096;
+
 /// The sending end of a stream.
 pub trait StreamSend: Send {
     /// Largest payload accepted.

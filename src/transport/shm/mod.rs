@@ -18,13 +18,6 @@ mod endpoints;
 #[cfg(not(loom))]
 pub use endpoints::{ShmPublisher, ShmSession, ShmSubscriber};
 
-/// Bytes per slot for messages of up to `max_message` bytes: header plus
-/// payload, rounded up to whole cache lines.
-pub fn slot_size(max_message: usize) -> usize {
-    (crate::wire::HEADER_LEN + max_message).div_ceil(64) * 64
-}
-
-/// Empty polls between two liveness checks of the peer. Checking costs a
-/// system call, so it happens only when idle, and then only every few
-/// microseconds.
-pub const CHECK_EVERY: u32 = 4096;
+// Defined beside the transport contract, where the verbs transport uses
+// them too; re-exported for the shm modules that name them from here.
+pub use super::{slot_size, CHECK_EVERY};

@@ -16,15 +16,21 @@
 //! a creator that died is detected (its process is gone, or its pid now
 //! belongs to a process started at another time) and replaced.
 
-use std::ffi::CString;
-use std::io::Write as _;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 
 use crate::config::{HugePages, ShmConfig};
 use crate::error::{Error, Result, SegmentProblem};
+use crate::sys::file::{self, FileError, FileId, MapOptions, OpenError};
+use crate::sys::hugepages;
+use crate::sys::leftovers::Format;
+use crate::sys::map::{Access, Mapping};
+use crate::sys::process::Creator;
 use std::sync::atomic::AtomicU64;
+
+// The liveness helpers moved to `crate::sys::process`; re-exported for the
+// endpoints that call them through this module.
+pub use crate::sys::process::{process_alive, process_start_time};
 
 /// First eight bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MDBUSHM\0";
@@ -120,17 +126,11 @@ impl Geometry {
 /// file at the path is still its own).
 pub struct Segment {
     path: PathBuf,
-    base: NonNull<u8>,
-    len: usize,
+    map: Mapping,
     fields: HeaderFields,
-    inode: (u64, u64),
+    id: FileId,
     owner: bool,
 }
-
-// SAFETY: the mapping is plain shared memory owned by this value; the raw
-// pointer is only an address. Moving the handle to another thread is sound;
-// it is not `Sync` (no `impl Sync`), so only one thread uses it at a time.
-unsafe impl Send for Segment {}
 
 impl std::fmt::Debug for Segment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,45 +147,36 @@ pub fn lookup_path(cfg: &ShmConfig, kind: Kind, name: &str) -> PathBuf {
     let file = format!("{}.{}.{}", cfg.prefix, kind.name(), name);
     if cfg.huge_pages != HugePages::Off {
         let huge = cfg.hugetlbfs.join(&file);
-        if huge.exists() {
+        if huge.symlink_metadata().is_ok() {
             return huge;
         }
     }
     cfg.dir.join(file)
 }
 
-const HUGE_PAGE: usize = 2 << 20;
+impl From<FileError> for Error {
+    fn from(e: FileError) -> Error {
+        Error::io(e.op, e.path.display().to_string(), e.source)
+    }
+}
 
-fn hugetlbfs_usable(cfg: &ShmConfig, bytes: usize) -> std::result::Result<(), String> {
-    let c = CString::new(cfg.hugetlbfs.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: statfs is plain old data; zeroed is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and `st` is writable.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!("{} is not mounted", cfg.hugetlbfs.display()));
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Error {
+        match e {
+            OpenError::Io(e) => e.into(),
+            OpenError::Distrusted { path, reason } => Error::Segment {
+                path,
+                problem: SegmentProblem::Untrusted(reason),
+            },
+        }
     }
-    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
-    if st.f_type as i64 != HUGETLBFS_MAGIC {
-        return Err(format!(
-            "{} is not a hugetlbfs mount",
-            cfg.hugetlbfs.display()
-        ));
-    }
-    let free = (st.f_bfree as usize).saturating_mul(st.f_bsize as usize);
-    if free < bytes {
-        return Err(format!(
-            "{} has {} bytes of free huge pages, {} needed (raise vm.nr_hugepages)",
-            cfg.hugetlbfs.display(),
-            free,
-            bytes
-        ));
-    }
-    Ok(())
 }
 
 impl Segment {
-    /// Creates the segment of `name`, replacing a stale one left by a dead
-    /// creator; fails with [`Error::InUse`] when a live process owns it.
+    /// Creates the segment of `name`, reclaiming a stale one left by a dead
+    /// creator; fails with [`Error::InUse`] when a live process owns it,
+    /// and with [`Error::Segment`] naming the file when a file at its path
+    /// is not a trusted, intact segment (it is left alone).
     pub fn create(cfg: &ShmConfig, name: &str, geo: Geometry) -> Result<Segment> {
         debug_assert!(geo.capacity.is_power_of_two() && geo.slot_size % 64 == 0);
         let channel = format!("{} `{}`", geo.kind.name(), name);
@@ -193,8 +184,8 @@ impl Segment {
         let mut total = geo.total_len();
         let mut dir = cfg.dir.clone();
         if cfg.huge_pages != HugePages::Off {
-            let rounded = total.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-            match hugetlbfs_usable(cfg, rounded) {
+            let rounded = hugepages::round_up(total);
+            match hugepages::hugetlbfs_usable(&cfg.hugetlbfs, rounded) {
                 Ok(()) => {
                     dir = cfg.hugetlbfs.clone();
                     total = rounded;
@@ -216,157 +207,125 @@ impl Segment {
         }
         // Any segment of this name, in either place, must be stale or absent.
         for candidate in [cfg.dir.join(&file), cfg.hugetlbfs.join(&file)] {
-            if !candidate.exists() {
+            if candidate.symlink_metadata().is_err() {
                 continue;
             }
-            match Segment::open(&candidate, geo.kind) {
-                Ok(old) if process_alive(old.fields.creator_pid, old.fields.creator_start) => {
-                    return Err(Error::InUse {
-                        channel,
-                        pid: old.fields.creator_pid,
-                    });
-                }
-                Ok(old) => log::warn!(
-                    "{channel}: replacing stale segment {} of dead process {}",
-                    candidate.display(),
-                    old.fields.creator_pid
-                ),
-                Err(e) => log::warn!("{channel}: replacing unusable segment: {e}"),
+            let old = Segment::open(&candidate, geo.kind)?;
+            let f = old.fields;
+            if process_alive(f.creator_pid, f.creator_start) {
+                return Err(Error::InUse {
+                    channel,
+                    pid: f.creator_pid,
+                });
             }
-            let _ = std::fs::remove_file(&candidate);
+            log::warn!(
+                "{channel}: reclaiming stale segment {} of dead process {}",
+                candidate.display(),
+                f.creator_pid
+            );
+            if old.id.is_at(&candidate) {
+                let _ = std::fs::remove_file(&candidate);
+            }
         }
 
         let path = dir.join(&file);
-        let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let ctmp = cpath(&tmp)?;
-        // SAFETY: `ctmp` is a NUL-terminated path; flags and mode are constants.
-        let fd = unsafe {
-            libc::open(
-                ctmp.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(Error::last_os("create", tmp.display().to_string()));
-        }
-        let fd = Fd(fd);
-        // SAFETY: `fd` is an open, writable file descriptor.
-        if unsafe { libc::ftruncate(fd.0, total as libc::off_t) } != 0 {
-            let e = Error::last_os("size", tmp.display().to_string());
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        let base = match map(fd.0, total, &tmp) {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
-        // Prefault: touch every page so the first message never takes a
-        // page fault.
-        let page = page_size();
-        for off in (0..total).step_by(page) {
-            // SAFETY: `off < total`, inside the fresh mapping nobody else sees yet.
-            unsafe { base.as_ptr().add(off).write_volatile(0) };
-        }
-        if cfg.mlock {
-            // SAFETY: the range is exactly our mapping.
-            if unsafe { libc::mlock(base.as_ptr().cast(), total) } != 0 {
-                log::warn!(
-                    "{channel}: mlock of {total} bytes failed ({}); pages may be swapped",
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
+        let me = Creator::me();
         let fields = HeaderFields {
             kind: geo.kind,
             slot_size: geo.slot_size as u32,
             capacity: geo.capacity as u64,
             total_len: total as u64,
             epoch: new_epoch(),
-            creator_pid: std::process::id(),
-            creator_start: process_start_time(std::process::id()).unwrap_or(0),
+            creator_pid: me.pid,
+            creator_start: me.start,
         };
-        let mut header = [0u8; CHECKED_BYTES + 8];
-        encode_header(&fields, &mut header);
-        // SAFETY: the mapping is at least HEADER_BYTES long and private to
-        // us until the rename below publishes it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(header.as_ptr(), base.as_ptr(), header.len());
+        let opts = MapOptions {
+            // The first message never takes a page fault.
+            prefault: true,
+            lock: cfg.mlock,
+        };
+        let published = file::create_published::<FileError>(&path, total, opts, |map| {
+            let mut header = [0u8; CHECKED_BYTES + 8];
+            encode_header(&fields, &mut header);
+            // SAFETY: the mapping is `total >= HEADER_BYTES` long and
+            // private to us until create_published publishes it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), header.len());
+            }
+            Ok(())
+        })?;
+        if let Some(e) = published.lock_error {
+            log::warn!("{channel}: mlock of {total} bytes failed ({e}); pages may be swapped");
         }
-        let cpath_final = cpath(&path)?;
-        // SAFETY: both paths are NUL-terminated; rename is atomic within a
-        // file system, so openers see either no file or a complete one.
-        if unsafe { libc::rename(ctmp.as_ptr(), cpath_final.as_ptr()) } != 0 {
-            let e = Error::last_os("publish", path.display().to_string());
-            let _ = std::fs::remove_file(&tmp);
-            // SAFETY: unmapping our own mapping once.
-            unsafe { libc::munmap(base.as_ptr().cast(), total) };
-            return Err(e);
-        }
-        let inode = fstat_inode(fd.0).unwrap_or((0, 0));
         Ok(Segment {
             path,
-            base,
-            len: total,
+            map: published.mapping,
             fields,
-            inode,
+            id: published.id,
             owner: true,
         })
     }
 
-    /// Opens and validates an existing segment of `kind`.
+    /// Opens and validates an existing segment of `kind`: see
+    /// [`Segment::open_expecting`].
     pub fn open(path: &Path, kind: Kind) -> Result<Segment> {
+        Segment::open_expecting(path, kind, None)
+    }
+
+    /// Opens an existing segment of `kind`, trusting nothing in it:
+    /// 1. opens without following a link (`O_NOFOLLOW|O_CLOEXEC`) and
+    ///    refuses a file that is not this user's or has any group/other
+    ///    permission ([`SegmentProblem::Untrusted`], naming owner and mode);
+    /// 2. reads the header page with `pread` and checks magic, version,
+    ///    checksum, kind and geometry, the size the header states against
+    ///    that geometry and the file's size, and (when `expect` is given)
+    ///    slot size and capacity against the configuration;
+    /// 3. only then maps exactly the stated size.
+    pub fn open_expecting(path: &Path, kind: Kind, expect: Option<&Geometry>) -> Result<Segment> {
         let seg_err = |problem| Error::Segment {
             path: path.to_path_buf(),
             problem,
         };
-        let c = cpath(path)?;
-        // SAFETY: `c` is NUL-terminated; flags are constants.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::last_os("open", path.display().to_string()));
-        }
-        let fd = Fd(fd);
-        // SAFETY: stat is plain old data.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is open and `st` writable.
-        if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-            return Err(Error::last_os("stat", path.display().to_string()));
-        }
-        let size = st.st_size as u64;
+        let (f, id, size) = file::open_private(path, Access::ReadWrite)?;
         if size < HEADER_BYTES as u64 {
             return Err(seg_err(SegmentProblem::Truncated {
                 expected: HEADER_BYTES as u64,
                 actual: size,
             }));
         }
-        let base = map(fd.0, size as usize, path)?;
-        let mut seg = Segment {
-            path: path.to_path_buf(),
-            base,
-            len: size as usize,
-            fields: HeaderFields {
-                kind,
-                slot_size: 0,
-                capacity: 0,
-                total_len: 0,
-                epoch: 0,
-                creator_pid: 0,
-                creator_start: 0,
-            },
-            inode: (st.st_dev, st.st_ino),
-            owner: false,
-        };
         let mut raw = [0u8; CHECKED_BYTES + 8];
-        // SAFETY: the mapping is at least HEADER_BYTES long; the header is
-        // immutable once the segment is published.
-        unsafe { std::ptr::copy_nonoverlapping(base.as_ptr(), raw.as_mut_ptr(), raw.len()) };
-        seg.fields = decode_header(&raw, kind, size).map_err(seg_err)?;
-        Ok(seg)
+        f.read_exact_at(&mut raw, 0)
+            .map_err(|e| Error::io("read", path.display().to_string(), e))?;
+        let fields = decode_header(&raw, kind, size).map_err(seg_err)?;
+        if let Some(geo) = expect {
+            for (field, found, configured) in [
+                ("slot size", fields.slot_size as u64, geo.slot_size as u64),
+                ("capacity", fields.capacity, geo.capacity as u64),
+            ] {
+                if found != configured {
+                    return Err(seg_err(SegmentProblem::Mismatch {
+                        field,
+                        found,
+                        configured,
+                    }));
+                }
+            }
+        }
+        // The size is validated: prefaulting it is what the creator asked.
+        let map = Mapping::shared(
+            std::os::fd::AsFd::as_fd(&f),
+            fields.total_len as usize,
+            Access::ReadWrite,
+            true,
+        )
+        .map_err(|e| Error::io("mmap", path.display().to_string(), e))?;
+        Ok(Segment {
+            path: path.to_path_buf(),
+            map,
+            fields,
+            id,
+            owner: false,
+        })
     }
 
     /// The file of the segment.
@@ -382,21 +341,12 @@ impl Segment {
     /// Whether the file at the path is still this segment (not removed or
     /// replaced by a newer incarnation).
     pub fn still_published(&self) -> bool {
-        match std::fs::metadata(&self.path) {
-            Ok(m) => {
-                use std::os::unix::fs::MetadataExt;
-                (m.dev(), m.ino()) == self.inode
-            }
-            Err(_) => false,
-        }
+        self.id.is_at(&self.path)
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER_BYTES);
-        // SAFETY: `offset` is 8-aligned and inside the header page of our
-        // mapping; AtomicU64 has the size and alignment of u64, and every
-        // process touches these words only atomically.
-        unsafe { &*(self.base.as_ptr().add(offset) as *const AtomicU64) }
+        debug_assert!(offset + 8 <= HEADER_BYTES);
+        self.map.atomic_u64(offset)
     }
 
     /// Flag the creator sets when it closes in order.
@@ -428,90 +378,41 @@ impl Segment {
     pub fn slots(&self, r: usize) -> *const AtomicU64 {
         assert!(r < self.fields.kind.rings());
         let off = HEADER_BYTES + r * self.fields.capacity as usize * self.fields.slot_size as usize;
-        // SAFETY: decode_header checked that every ring lies inside the mapping.
-        unsafe { self.base.as_ptr().add(off) as *const AtomicU64 }
+        // SAFETY: decode_header checked that every ring lies inside the
+        // stated size, which is the length mapped.
+        unsafe { self.map.as_ptr().add(off) as *const AtomicU64 }
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // The mapping unmaps itself after this.
         if self.owner && self.still_published() {
             let _ = std::fs::remove_file(&self.path);
         }
-        // SAFETY: `base`/`len` describe our own mapping, unmapped once here;
-        // borrows of it cannot outlive `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }
 
-struct Fd(libc::c_int);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own this descriptor and close it once; a mapping stays
-        // valid after its descriptor is closed.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-fn cpath(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-        Error::io(
-            "open",
-            p.display().to_string(),
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"),
-        )
-    })
-}
-
-fn map(fd: libc::c_int, len: usize, path: &Path) -> Result<NonNull<u8>> {
-    // SAFETY: a fresh shared mapping of an open descriptor; the kernel picks
-    // the address. MAP_POPULATE prefaults the page tables.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::last_os("mmap", path.display().to_string()));
-    }
-    Ok(NonNull::new(p.cast()).expect("mmap never returns NULL on success"))
-}
-
-fn fstat_inode(fd: libc::c_int) -> Option<(u64, u64)> {
-    // SAFETY: stat is plain old data.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open and `st` writable.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
-}
+/// How [`crate::sys::leftovers`] recognises a segment and reads its creator.
+pub const FORMAT: Format = Format {
+    what: "shared-memory segment",
+    magic: MAGIC,
+    creator: |head| {
+        let raw: &[u8; CHECKED_BYTES + 8] = head.get(..CHECKED_BYTES + 8)?.try_into().ok()?;
+        let version = u32::from_le_bytes(raw[8..12].try_into().ok()?);
+        let sum = u64::from_le_bytes(raw[72..80].try_into().ok()?);
+        (raw[..8] == MAGIC && version == VERSION && file::checksum(&raw[..CHECKED_BYTES]) == sum)
+            .then(|| Creator {
+                pid: u32::from_le_bytes(raw[48..52].try_into().expect("4 bytes")),
+                start: u64::from_le_bytes(raw[56..64].try_into().expect("8 bytes")),
+            })
+    },
+};
 
 fn new_epoch() -> u64 {
     // Time in ns mixed with the pid: distinct across restarts and across
     // processes that start in the same nanosecond.
     crate::clock::now_ns() ^ ((std::process::id() as u64) << 48)
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 fn encode_header(f: &HeaderFields, out: &mut [u8; CHECKED_BYTES + 8]) {
@@ -527,7 +428,7 @@ fn encode_header(f: &HeaderFields, out: &mut [u8; CHECKED_BYTES + 8]) {
     out[52..56].copy_from_slice(&0u32.to_le_bytes());
     out[56..64].copy_from_slice(&f.creator_start.to_le_bytes());
     out[64..72].copy_from_slice(&0u64.to_le_bytes());
-    let sum = fnv1a(&out[..CHECKED_BYTES]);
+    let sum = file::checksum(&out[..CHECKED_BYTES]);
     out[72..80].copy_from_slice(&sum.to_le_bytes());
 }
 
@@ -548,7 +449,7 @@ fn decode_header(
             supported: VERSION,
         });
     }
-    if fnv1a(&raw[..CHECKED_BYTES]) != u64_at(72) {
+    if file::checksum(&raw[..CHECKED_BYTES]) != u64_at(72) {
         return Err(SegmentProblem::Corrupt("header checksum does not match"));
     }
     let kind = Kind::from_u32(u32_at(12)).ok_or(SegmentProblem::Corrupt("unknown kind"))?;
@@ -567,6 +468,11 @@ fn decode_header(
     if slot_size < 64 || slot_size % 64 != 0 {
         return Err(SegmentProblem::Corrupt("slot size is not a multiple of 64"));
     }
+    if slot_size as usize > super::slot_size(crate::config::MAX_MESSAGE_LIMIT) {
+        return Err(SegmentProblem::Corrupt(
+            "slot size is larger than the largest max_message allows",
+        ));
+    }
     if !capacity.is_power_of_two() || capacity > crate::config::MAX_CAPACITY as u64 {
         return Err(SegmentProblem::Corrupt(
             "capacity is not a power of two in range",
@@ -580,9 +486,11 @@ fn decode_header(
                 .ok_or(SegmentProblem::Corrupt("geometry overflows"))?,
         )
         .ok_or(SegmentProblem::Corrupt("geometry overflows"))?;
-    if total_len < needed {
+    // A creator states exactly its rings' size, or that rounded up to
+    // whole huge pages: anything else is not a segment this build made.
+    if total_len != needed && total_len != hugepages::round_up(needed as usize) as u64 {
         return Err(SegmentProblem::Corrupt(
-            "stated size is smaller than its rings",
+            "stated size does not match its rings",
         ));
     }
     if file_len < total_len {
@@ -600,55 +508,6 @@ fn decode_header(
         creator_pid: u32_at(48),
         creator_start: u64_at(56),
     })
-}
-
-/// Whether process `pid`, started at `start` (0: unknown), still runs.
-/// Allocation-free: it is called from idle polling loops.
-pub fn process_alive(pid: u32, start: u64) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return false;
-    }
-    match (start, process_start_time(pid)) {
-        (0, _) | (_, None) => true,
-        (want, Some(now)) => want == now,
-    }
-}
-
-/// Start time of `pid` in clock ticks since boot (field 22 of
-/// /proc/PID/stat); it tells a recycled pid from the original process.
-/// Reads into stack buffers: no allocation.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    let mut path = [0u8; 32];
-    {
-        let mut w = &mut path[..];
-        write!(w, "/proc/{pid}/stat\0").ok()?;
-    }
-    // SAFETY: `path` is NUL-terminated by the write above.
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    let fd = Fd(fd);
-    let mut buf = [0u8; 1024];
-    // SAFETY: `buf` is writable for its whole length.
-    let n = unsafe { libc::read(fd.0, buf.as_mut_ptr().cast(), buf.len()) };
-    if n <= 0 {
-        return None;
-    }
-    let text = &buf[..n as usize];
-    // The command name may hold spaces and parentheses: fields resume after
-    // the last ')'.
-    let close = text.iter().rposition(|&b| b == b')')?;
-    let field = text[close + 1..]
-        .split(|&b| b == b' ')
-        .filter(|f| !f.is_empty())
-        .nth(19)?;
-    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -714,14 +573,5 @@ mod tests {
             decode_header(&magic, Kind::Stream, total),
             Err(SegmentProblem::BadMagic)
         );
-    }
-
-    #[test]
-    fn own_process_is_alive_and_its_start_time_is_checked() {
-        let me = std::process::id();
-        let start = process_start_time(me).expect("/proc is mounted");
-        assert!(process_alive(me, start));
-        assert!(!process_alive(me, start + 1));
-        assert!(!process_alive(0, 0));
     }
 }

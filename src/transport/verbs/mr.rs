@@ -6,68 +6,34 @@ use std::ptr::NonNull;
 
 use verbs_sys::{ibv_mr, Verbs};
 
+use crate::sys::map::Mapping;
+
 use super::errors;
 use super::pd::Pd;
 use crate::error::Result;
 
 /// Anonymous memory, page-aligned, touched and (best effort) locked.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize, what: &str, device: &str) -> Result<Mapping> {
-        let page = 4096;
-        let len = len.max(1).div_ceil(page) * page;
-        // SAFETY: an anonymous private mapping with no address hint has no
-        // preconditions; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(errors::last(
-                format!("mmap of {len} bytes for {what}"),
-                device,
-                None,
-            ));
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).expect("mmap never returns null on success");
-        if len >= 2 << 20 {
-            // Transparent huge pages where the kernel allows: fewer TLB
-            // misses and fewer pages for the NIC to translate.
-            // SAFETY: the range is the mapping just made.
-            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-        }
-        // Touch every page so the hot path never takes a page fault.
-        for off in (0..len).step_by(page) {
-            // SAFETY: `off < len`, inside the writable mapping.
-            unsafe { ptr.as_ptr().add(off).write_volatile(0) };
-        }
-        // SAFETY: the range is the mapping just made.
-        if unsafe { libc::mlock(p, len) } != 0 {
-            log::debug!(
-                "mlock of {len} bytes for {what} failed ({}); the memory stays pinned by its registration anyway",
-                errors::describe_errno(errors::errno())
-            );
-        }
-        Ok(Mapping { ptr, len })
+fn pool_memory(len: usize, what: &str, device: &str) -> Result<Mapping> {
+    let mem = Mapping::anonymous(len, true).map_err(|e| {
+        errors::os(
+            format!("mmap of {len} bytes for {what}"),
+            device,
+            None,
+            e.raw_os_error().unwrap_or(libc::ENOMEM),
+        )
+    })?;
+    // Transparent huge pages where the kernel allows: fewer TLB misses and
+    // fewer pages for the NIC to translate.
+    mem.advise_huge();
+    // SAFETY: fresh anonymous memory, all zero and seen by nobody yet.
+    unsafe { mem.touch_pages() };
+    if let Err(e) = mem.lock() {
+        log::debug!(
+            "mlock of {} bytes for {what} failed ({e}); the memory stays pinned by its registration anyway",
+            mem.len()
+        );
     }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once; no registration
-        // refers to it any more (Region drops its MR first).
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
+    Ok(mem)
 }
 
 /// A preallocated pool registered as one memory region.
@@ -95,15 +61,15 @@ impl Region {
         what: &str,
         device: &str,
     ) -> Result<Region> {
-        let mem = Mapping::new(len, what, device)?;
+        let mem = pool_memory(len, what, device)?;
         // SAFETY: `pd` is live (caller); the mapping stays mapped until after
         // the region is deregistered (Drop); the device may write it when
         // `access` allows, and Rust only reaches it through raw pointers.
-        let mr = unsafe { verbs.reg_mr(pd.as_raw(), mem.ptr.as_ptr().cast(), mem.len, access) };
+        let mr = unsafe { verbs.reg_mr(pd.as_raw(), mem.as_ptr().cast(), mem.len(), access) };
         match NonNull::new(mr) {
             Some(mr) => Ok(Region { verbs, mr, mem }),
             None => Err(errors::last(
-                format!("ibv_reg_mr of {} bytes for {what}", mem.len),
+                format!("ibv_reg_mr of {} bytes for {what}", mem.len()),
                 device,
                 None,
             )),
@@ -113,12 +79,12 @@ impl Region {
     /// Start of the memory.
     #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.mem.ptr.as_ptr()
+        self.mem.as_ptr()
     }
 
     /// Bytes registered.
     pub(crate) fn len(&self) -> usize {
-        self.mem.len
+        self.mem.len()
     }
 
     /// Local key, for scatter/gather entries.

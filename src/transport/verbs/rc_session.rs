@@ -50,8 +50,8 @@ use super::{device, errors, lib, Lib};
 use crate::config::{SessionConfig, VerbsConfig};
 use crate::error::{Error, Result};
 use crate::message::Message;
-use crate::transport::shm::{slot_size, CHECK_EVERY};
 use crate::transport::SessionEnd;
+use crate::transport::{slot_size, CHECK_EVERY};
 use crate::wire::{Header, HEADER_LEN};
 
 /// Completions taken from a queue per `ibv_poll_cq` call.
