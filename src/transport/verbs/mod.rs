@@ -30,13 +30,13 @@ mod errors;
 mod mr;
 mod pd;
 mod qp;
-mod rc_session;
+mod rc;
 mod recv_ring;
 mod send_queue;
 mod ud_link;
 
 pub use device::{detect, numa_node, probe, ActivePort, DeviceInfo, PortInfo};
-pub use rc_session::{RcSession, RNR_RETRY};
+pub use rc::{RcSession, RNR_RETRY};
 pub use ud_link::{UdLink, UdLinkConfig, UdPeer};
 
 use verbs_sys::{Rdmacm, Verbs};

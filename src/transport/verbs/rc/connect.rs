@@ -1,0 +1,311 @@
+//! Connection management: listening and accepting, connecting with
+//! retries while the acceptor is not there yet, and the rdma_cm events in
+//! between.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use verbs_sys::{
+    RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_ESTABLISHED,
+    RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_PS_TCP,
+};
+
+use super::super::cm::{CmEvent, CmId, ConnParam, EventChannel};
+use super::super::{errors, lib, Lib};
+use super::hello::{name_hash, Hello};
+use super::setup::Parts;
+use super::{RcSession, FIRST_STEP, RETRY_COUNT, RETRY_PAUSE, RNR_RETRY};
+use crate::config::{SessionConfig, VerbsConfig};
+use crate::error::{Error, Result};
+
+fn session_addr(channel: &str, cfg: &SessionConfig, name: &str) -> Result<SocketAddr> {
+    if cfg.address.is_empty() {
+        return Err(Error::Missing {
+            channel: channel.into(),
+            key: format!("sessions.{name}.address"),
+            transport: "verbs",
+        });
+    }
+    cfg.address.parse().map_err(|_| Error::NoPeer {
+        channel: channel.into(),
+        address: cfg.address.clone(),
+        reason: "not an address such as 10.0.0.1:7000".into(),
+    })
+}
+
+/// The remote address of a connected id, for messages.
+pub(super) fn peer_of(id: &CmId) -> String {
+    // SAFETY: the id is live; the address lies inside it.
+    let sa = unsafe { verbs_sys::rdma_get_peer_addr(id.as_raw()) };
+    // SAFETY: rdma_cm fills the peer address as a sockaddr_in or _in6
+    // according to its family.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*sa.cast::<verbs_sys::sockaddr_in>();
+                let ip = std::net::Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes());
+                format!("{ip}:{}", u16::from_be(s.sin_port))
+            }
+            libc::AF_INET6 => {
+                let s = &*sa.cast::<verbs_sys::sockaddr_in6>();
+                let raw: [u8; 16] = std::ptr::addr_of!(s.sin6_addr).cast::<[u8; 16]>().read();
+                format!(
+                    "[{}]:{}",
+                    std::net::Ipv6Addr::from(raw),
+                    u16::from_be(s.sin6_port)
+                )
+            }
+            _ => "(unknown address)".into(),
+        }
+    }
+}
+
+/// "REJECTED (status 8: nobody listens on that port)".
+fn describe_event(ev: &CmEvent) -> String {
+    let what = match (ev.kind, ev.status) {
+        (RDMA_CM_EVENT_REJECTED, 8) => ": nobody listens on that port".to_string(),
+        (RDMA_CM_EVENT_REJECTED, 28) => ": refused by the acceptor".to_string(),
+        (_, s) if s < 0 => format!(": {}", errors::describe_errno(-s)),
+        _ => String::new(),
+    };
+    format!("{} (status {}{what})", ev.name(), ev.status)
+}
+
+/// Why one connect attempt failed.
+enum Attempt {
+    /// Worth trying again until the deadline (no acceptor yet): what
+    /// happened, and whether rdma_cm said so (`false`: the wait for its
+    /// answer ran out).
+    Retry(String, bool),
+    /// Will not get better.
+    Fatal(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Self {
+        Attempt::Fatal(e)
+    }
+}
+
+/// Waits for an event of `id` until `deadline`; events of other ids (the
+/// listener's, stale ones) are skipped. `None` on timeout.
+fn wait_event(events: &EventChannel, id: &CmId, deadline: Instant) -> Result<Option<CmEvent>> {
+    loop {
+        match events.next_until(deadline)? {
+            Some(ev) if ev.id == id.as_raw() => return Ok(Some(ev)),
+            Some(ev) => log::debug!("rdma_cm: skipping {} of another id", ev.name()),
+            None => return Ok(None),
+        }
+    }
+}
+impl RcSession {
+    /// Listens on `cfg.address` and waits up to `cfg.connect_timeout` for
+    /// the initiator of session `name`.
+    pub fn accept(name: &str, cfg: &SessionConfig, vcfg: &VerbsConfig) -> Result<RcSession> {
+        let lib = lib()?;
+        let channel = format!("session `{name}`");
+        let addr = session_addr(&channel, cfg, name)?;
+        let deadline = Instant::now() + cfg.connect_timeout;
+        let events = EventChannel::new(lib.cm)?;
+        // SAFETY: `events` outlives the listener (declared before it, so
+        // dropped after).
+        let listener = unsafe { CmId::new(lib.cm, &events, RDMA_PS_TCP) }?;
+        listener.bind(addr)?;
+        listener.listen(addr)?;
+        let timeout = || Error::Timeout {
+            channel: channel.clone(),
+            what: "a peer connecting",
+            waited_ms: cfg.connect_timeout.as_millis() as u64,
+        };
+        let (id, peer) = loop {
+            let Some(ev) = events.next_until(deadline)? else {
+                return Err(timeout());
+            };
+            if ev.kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+                log::debug!("{channel}: rdma_cm {} while listening", ev.name());
+                continue;
+            }
+            // SAFETY: a connect request's id is new and ours to own; its
+            // channel is `events`, which the session keeps longer.
+            let Some(id) = (unsafe { CmId::adopt(lib.cm, ev.id) }) else {
+                continue;
+            };
+            match Hello::decode(ev.private_data()) {
+                Ok(h) if h.name_hash == name_hash(name) => break (id, h),
+                Ok(_) => {
+                    id.reject();
+                    log::warn!(
+                        "{channel}: refused a peer from {} that asked for another session",
+                        peer_of(&id)
+                    );
+                }
+                Err(why) => {
+                    id.reject();
+                    log::warn!("{channel}: refused a peer from {}: {why}", peer_of(&id));
+                }
+            }
+        };
+        let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
+        let hello = parts.hello(name).encode();
+        let param = ConnParam {
+            private: &hello,
+            retry_count: RETRY_COUNT,
+            rnr_retry_count: RNR_RETRY,
+        };
+        id.accept(param, &parts.device, parts.qp.num())?;
+        let peer_addr = peer_of(&id);
+        match wait_event(&events, &id, deadline)? {
+            Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => {}
+            Some(ev) => {
+                return Err(Error::PeerLost {
+                    channel,
+                    peer: peer_addr,
+                    reason: format!(
+                        "the connection failed during set-up: rdma_cm {}",
+                        describe_event(&ev)
+                    ),
+                })
+            }
+            None => return Err(timeout()),
+        }
+        drop(listener);
+        Ok(RcSession::new(
+            channel, parts, id, events, peer, peer_addr, cfg, vcfg,
+        ))
+    }
+
+    /// Connects to the acceptor of session `name` at `cfg.address`,
+    /// retrying until `cfg.connect_timeout` while nobody listens there yet.
+    /// At least one whole attempt is made, so the error says how it failed.
+    pub fn connect(name: &str, cfg: &SessionConfig, vcfg: &VerbsConfig) -> Result<RcSession> {
+        let lib = lib()?;
+        let channel = format!("session `{name}`");
+        let addr = session_addr(&channel, cfg, name)?;
+        let deadline = Instant::now() + cfg.connect_timeout;
+        let events = EventChannel::new(lib.cm)?;
+        let mut first = true;
+        // What the last attempt learnt; one cut short by the deadline keeps
+        // rdma_cm's answer to the one before, which says more.
+        let mut answer: Option<String> = None;
+        loop {
+            let step_floor = first.then(|| Instant::now() + FIRST_STEP);
+            first = false;
+            match Self::attempt(
+                lib, &events, addr, deadline, step_floor, cfg, vcfg, name, &channel,
+            ) {
+                Ok((parts, id, peer)) => {
+                    let peer_addr = addr.to_string();
+                    return Ok(RcSession::new(
+                        channel, parts, id, events, peer, peer_addr, cfg, vcfg,
+                    ));
+                }
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(reason, answered)) => {
+                    if answered || answer.is_none() {
+                        answer = Some(reason);
+                    }
+                    let reason = answer.as_deref().unwrap_or_default();
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(Error::NoPeer {
+                            channel,
+                            address: addr.to_string(),
+                            reason: format!(
+                                "rdma_cm: {reason} (tried for {} ms)",
+                                cfg.connect_timeout.as_millis()
+                            ),
+                        });
+                    }
+                    log::debug!("{channel}: connect to {addr}: {reason}; retrying");
+                    // Control plane: the acceptor has not started yet.
+                    std::thread::sleep(RETRY_PAUSE);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        lib: Lib,
+        events: &EventChannel,
+        addr: SocketAddr,
+        deadline: Instant,
+        step_floor: Option<Instant>,
+        cfg: &SessionConfig,
+        vcfg: &VerbsConfig,
+        name: &str,
+        channel: &str,
+    ) -> std::result::Result<(Parts, CmId, Hello), Attempt> {
+        let step_deadline = || match step_floor {
+            Some(f) => deadline.max(f),
+            None => deadline,
+        };
+        let ms = |d: Instant| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .clamp(100, 5000) as i32
+        };
+        // SAFETY: `events` outlives the id: the caller keeps both and the
+        // session stores the channel after the id.
+        let id = unsafe { CmId::new(lib.cm, events, RDMA_PS_TCP) }?;
+        let expect = |ev: Option<CmEvent>, want, step: &str| match ev {
+            Some(ev) if ev.kind == want => Ok(()),
+            Some(ev) => Err(Attempt::Retry(describe_event(&ev), true)),
+            None => Err(Attempt::Retry(format!("no answer while {step}"), false)),
+        };
+        let d = step_deadline();
+        id.resolve_addr(None, addr, ms(d))?;
+        expect(
+            wait_event(events, &id, d)?,
+            RDMA_CM_EVENT_ADDR_RESOLVED,
+            "resolving the address",
+        )?;
+        let device = id.device_name(lib.verbs);
+        let d = step_deadline();
+        id.resolve_route(ms(d), &device)?;
+        expect(
+            wait_event(events, &id, d)?,
+            RDMA_CM_EVENT_ROUTE_RESOLVED,
+            "resolving the route",
+        )?;
+        let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
+        let hello = parts.hello(name).encode();
+        let param = ConnParam {
+            private: &hello,
+            retry_count: RETRY_COUNT,
+            rnr_retry_count: RNR_RETRY,
+        };
+        id.connect(param, &parts.device, parts.qp.num())?;
+        let d = step_deadline();
+        match wait_event(events, &id, d)? {
+            Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => {
+                let peer = Hello::decode(ev.private_data()).map_err(|reason| {
+                    Attempt::Fatal(Error::Protocol {
+                        channel: channel.into(),
+                        peer: addr.to_string(),
+                        reason,
+                    })
+                })?;
+                if peer.name_hash != name_hash(name) {
+                    return Err(Attempt::Fatal(Error::Protocol {
+                        channel: channel.into(),
+                        peer: addr.to_string(),
+                        reason: "the acceptor serves another session".into(),
+                    }));
+                }
+                Ok((parts, id, peer))
+            }
+            Some(ev) if ev.kind == RDMA_CM_EVENT_REJECTED && ev.status == 28 => {
+                Err(Attempt::Fatal(Error::NoPeer {
+                    channel: channel.into(),
+                    address: addr.to_string(),
+                    reason: format!("rdma_cm: {}", describe_event(&ev)),
+                }))
+            }
+            Some(ev) => Err(Attempt::Retry(describe_event(&ev), true)),
+            None => Err(Attempt::Retry(
+                "no answer to the connect request".into(),
+                false,
+            )),
+        }
+    }
+}

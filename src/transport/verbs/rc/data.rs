@@ -1,0 +1,361 @@
+//! The data path: claim, commit and poll, with the credit and control
+//! writes that keep them flowing. No allocation, no locks, no system calls
+//! except the verbs posts and polls themselves.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use verbs_sys::{
+    ibv_send_wr, ibv_sge, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS,
+    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+};
+
+use super::super::errors;
+use super::end::End;
+use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, WC_BATCH};
+use crate::error::Result;
+use crate::message::Message;
+use crate::transport::{SessionEnd, CHECK_EVERY};
+use crate::wire::{Header, HEADER_LEN};
+
+impl RcSession {
+    #[inline]
+    fn send_slot(&self, index: u64) -> *mut u8 {
+        // SAFETY: index % depth names one of the depth slots of the pool.
+        unsafe {
+            self.send_base
+                .add((index % self.sq_depth) as usize * self.slot)
+        }
+    }
+
+    #[inline]
+    fn ctrl_word32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: the control block is live, 4-byte aligned at `off`, and
+        // only accessed atomically by us (the NIC writes it whole).
+        unsafe { AtomicU32::from_ptr(self.ctrl_in.add(off).cast()) }
+    }
+
+    #[inline]
+    pub(super) fn close_word(&self) -> u64 {
+        // SAFETY: as for ctrl_word32, 8-byte aligned.
+        let w = unsafe { AtomicU64::from_ptr(self.ctrl_in.add(CTRL_CLOSE).cast()) };
+        // Acquire: the peer wrote it after every message it sent; we read
+        // it before deciding those messages are all delivered.
+        w.load(Ordering::Acquire)
+    }
+
+    /// Applies the credit count the peer last wrote.
+    #[inline]
+    fn refresh_credits(&mut self) {
+        // Acquire: the peer posted the buffers before writing the count.
+        let total = u32::from_le(self.ctrl_word32(CTRL_CREDIT).load(Ordering::Acquire));
+        if let Err(bad) = self.credits.grant(total) {
+            self.fail(End::Protocol(format!(
+                "it granted credit up to {bad}, more receive buffers than it has"
+            )));
+        }
+    }
+
+    /// Takes send completions until the queue is empty.
+    pub(super) fn reap_sends(&mut self) {
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
+        loop {
+            let done = match self.send_cq.poll(&mut wcs) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.fail(End::Failed {
+                        op: "ibv_poll_cq (sends)",
+                        detail: errors::describe_errno(e),
+                        errno: Some(e),
+                    });
+                    return;
+                }
+            };
+            if done.is_empty() {
+                return;
+            }
+            let mut failed = None;
+            for wc in done {
+                // In-order completion: this request and all before it are
+                // done, failed or flushed alike.
+                self.sq.complete(wc.wr_id);
+                if wc.status != IBV_WC_SUCCESS && failed.is_none() {
+                    failed = Some(*wc);
+                }
+            }
+            if let Some(wc) = failed {
+                self.wc_failed(&wc, "send");
+            }
+        }
+    }
+
+    /// Posts an RDMA write of `bytes` to the peer's control block at
+    /// `offset`. Returns the request number.
+    pub(super) fn write_ctrl(
+        &mut self,
+        offset: usize,
+        bytes: &[u8],
+        force_signal: bool,
+    ) -> Option<u64> {
+        if !self.sq.has_room() {
+            self.reap_sends();
+            if !self.sq.has_room() {
+                return None;
+            }
+        }
+        let slot = self.sq.take(force_signal);
+        let mut flags = if slot.signaled { IBV_SEND_SIGNALED } else { 0 };
+        let src = if bytes.len() <= self.inline_max {
+            flags |= IBV_SEND_INLINE;
+            bytes.as_ptr()
+        } else {
+            // Not inline: the source must be registered. A later write of
+            // the same word may overwrite it before the NIC reads it, which
+            // only sends a newer count.
+            // SAFETY: CTRL_LEN out-bytes follow the send slots; `offset` +
+            // len stays inside them.
+            let out = unsafe { self.ctrl_out.add(offset) };
+            // SAFETY: as above; `bytes` does not overlap the pool.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
+            out.cast_const()
+        };
+        let mut sge = ibv_sge {
+            addr: src as u64,
+            length: bytes.len() as u32,
+            lkey: self.send_lkey,
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: slot.index,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_RDMA_WRITE,
+            send_flags: flags,
+            ..Default::default()
+        };
+        wr.wr.rdma.remote_addr = self.peer_ctrl + offset as u64;
+        wr.wr.rdma.rkey = self.peer_rkey;
+        // SAFETY: inline data is copied during the call; otherwise the
+        // source is the registered out-word, left alone until overwritten
+        // by a newer value of the same word.
+        match unsafe { self.qp.post_send(&mut wr) } {
+            Ok(()) => Some(slot.index),
+            Err(e) => {
+                self.sq.untake(slot);
+                self.fail(End::Failed {
+                    op: "ibv_post_send (control write)",
+                    detail: errors::describe_errno(e),
+                    errno: Some(e),
+                });
+                None
+            }
+        }
+    }
+
+    /// Tells the peer the new receive-buffer count, if it changed.
+    fn announce(&mut self) {
+        let Some(count) = self.receipts.to_announce() else {
+            return;
+        };
+        if self.disconnected || self.end.is_some() {
+            return;
+        }
+        if self
+            .write_ctrl(CTRL_CREDIT, &count.to_le_bytes(), false)
+            .is_some()
+        {
+            self.receipts.announced(count);
+        }
+        // Otherwise the send queue is full: the next poll tries again.
+    }
+
+    /// Reposts the consumed receive buffers as one chain, then announces.
+    fn repost(&mut self) {
+        let n = self.receipts.unposted();
+        if n == 0 || self.disconnected || self.end.is_some() {
+            return;
+        }
+        // SAFETY: the unposted buffers were delivered and their callbacks
+        // returned, so nothing refers to them.
+        if let Err(e) = unsafe { self.ring.post(&mut self.qp, n) } {
+            self.fail(End::Failed {
+                op: "ibv_post_recv",
+                detail: errors::describe_errno(e),
+                errno: Some(e),
+            });
+            return;
+        }
+        self.receipts.reposted(n);
+        self.announce();
+    }
+}
+
+impl SessionEnd for RcSession {
+    #[inline]
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    #[inline]
+    fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
+        debug_assert!(len <= self.max_message);
+        if self.end.is_some() || self.disconnected || self.closed {
+            return None;
+        }
+        if self.credits.available() == 0 {
+            self.refresh_credits();
+            if self.credits.available() == 0 {
+                return None;
+            }
+        }
+        if !self.sq.has_room() {
+            self.reap_sends();
+            if !self.sq.has_room() {
+                return None;
+            }
+        }
+        let p = self.send_slot(self.sq.next_index());
+        // SAFETY: the slot of the next request is free (the send queue has
+        // room, so the request that used it last has completed); it holds
+        // HEADER_LEN + max_message >= HEADER_LEN + len bytes; the slice
+        // borrows `self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(p.add(HEADER_LEN), len) })
+    }
+
+    #[inline]
+    fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        let slot = self.sq.take(false);
+        let p = self.send_slot(slot.index);
+        let seq = self.next_seq;
+        // SAFETY: the slot is ours (see try_claim) and has room for the
+        // header in front of the payload.
+        let head = unsafe { std::slice::from_raw_parts_mut(p, HEADER_LEN) };
+        Header {
+            seq,
+            len: len as u32,
+            flags,
+            timestamp,
+        }
+        .encode(head);
+        let total = HEADER_LEN + len;
+        let mut send_flags = if slot.signaled { IBV_SEND_SIGNALED } else { 0 };
+        if total <= self.inline_max {
+            send_flags |= IBV_SEND_INLINE;
+        }
+        let mut sge = ibv_sge {
+            addr: p as u64,
+            length: total as u32,
+            lkey: self.send_lkey,
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: slot.index,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_SEND,
+            send_flags,
+            ..Default::default()
+        };
+        // SAFETY: the slot is registered in the send pool and is not written
+        // again until this request (or a later signaled one) completes: the
+        // send queue accounting hands it out again only after that.
+        if let Err(e) = unsafe { self.qp.post_send(&mut wr) } {
+            self.sq.untake(slot);
+            self.refresh_events();
+            self.fail(End::Failed {
+                op: "ibv_post_send",
+                detail: errors::describe_errno(e),
+                errno: Some(e),
+            });
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        self.credits.spend();
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    #[inline]
+    fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut n = 0;
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
+        while n < max {
+            let want = (max - n).min(WC_BATCH);
+            let done = match self.recv_cq.poll(&mut wcs[..want]) {
+                Ok(d) => d,
+                Err(e) => {
+                    return Err(errors::os(
+                        "ibv_poll_cq (receives)",
+                        (self.cold.device.as_str(), self.cold.port),
+                        Some(self.qpn),
+                        e,
+                    ))
+                }
+            };
+            if done.is_empty() {
+                break;
+            }
+            for wc in done {
+                if wc.status != IBV_WC_SUCCESS {
+                    self.wc_failed(wc, "receive");
+                    continue;
+                }
+                // SAFETY: a successful completion hands the buffer back; it
+                // is reposted only after the callback returns.
+                let buf = unsafe { self.ring.buffer(wc.wr_id, wc.byte_len) };
+                let (h, payload) = match Header::decode(buf) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        self.fail(End::Protocol(format!("message {}: {e}", self.expect_seq)));
+                        return Err(self.ended().expect("a failure was recorded"));
+                    }
+                };
+                if h.seq != self.expect_seq {
+                    self.fail(End::Protocol(format!(
+                        "message {} arrived where {} was expected",
+                        h.seq, self.expect_seq
+                    )));
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
+                f(Message {
+                    seq: h.seq,
+                    flags: h.flags,
+                    timestamp: h.timestamp,
+                    payload,
+                });
+                self.expect_seq += 1;
+                n += 1;
+                if self.receipts.consumed() {
+                    self.repost();
+                }
+            }
+        }
+        if n > 0 {
+            self.idle = 0;
+            return Ok(n);
+        }
+        if self.receipts.to_announce().is_some() {
+            // A credit write that found the send queue full.
+            self.announce();
+        }
+        if self.disconnected || self.end.is_some() {
+            if let Some(e) = self.ended() {
+                return Err(e);
+            }
+        }
+        self.idle += 1;
+        if self.idle >= CHECK_EVERY {
+            self.idle = 0;
+            self.refresh_events();
+            if let Some(e) = self.ended() {
+                return Err(e);
+            }
+        }
+        Ok(0)
+    }
+
+    fn check_peer(&mut self) -> Result<()> {
+        self.peer_state()
+    }
+
+    fn close(&mut self) {
+        self.close_in_order()
+    }
+}

@@ -1,0 +1,176 @@
+//! Sessions over RC queue pairs, connected through rdma_cm.
+//!
+//! Each end owns one event channel, one cm id, one protection domain, two
+//! completion queues (sends, receives), three registered pools and one RC
+//! queue pair. Nothing is shared between handles; the handle is `Send` and
+//! its owner thread polls everything itself.
+//!
+//! Messages are the 24-byte [`wire`](crate::wire) header and the payload,
+//! one `SEND` each. `try_claim` hands out the payload area of the send slot
+//! the next request will use (slot `index % depth` of the registered send
+//! pool); `commit` writes the header in front and posts it, inline when
+//! header and payload fit the granted inline size. Only every Nth send asks
+//! for a completion ([`SendQueue`]); completions are reaped only when the
+//! send queue is full.
+//!
+//! Flow control is credit based ([`credit`](super::credit)): each side
+//! RDMA-writes the count of receive buffers it has ever posted into a word
+//! of the peer's registered control block, after every repost batch. A
+//! one-sided write consumes no receive buffer, so credit updates need no
+//! credit themselves, and a sender waiting for room sees them with a plain
+//! load, without polling its receive queue. Closing in order writes a second
+//! word, the number of messages sent plus one, and waits for that write to
+//! complete before disconnecting: the peer reports `PeerClosed` once it has
+//! delivered that many messages. A disconnect without that word is the
+//! peer's death.
+//!
+//! In parts: `hello` (the connect data), `setup` (the verbs objects of
+//! one end), `connect` (accept, connect and retries), `data` (claim,
+//! commit, poll and the credit writes) and `end` (how a session ends and
+//! closes).
+
+mod connect;
+mod data;
+mod end;
+mod hello;
+mod setup;
+
+use std::time::Duration;
+
+use super::cm::{CmId, EventChannel};
+use super::cq::Cq;
+use super::credit::{Credits, Receipts};
+use super::mr::Region;
+use super::pd::Pd;
+use super::qp::CmQp;
+use super::recv_ring::RecvRing;
+use super::send_queue::SendQueue;
+use end::End;
+
+/// Completions taken from a queue per `ibv_poll_cq` call.
+const WC_BATCH: usize = 32;
+/// Send-queue entries beyond `capacity`, for credit and close writes.
+const SQ_SLACK: u32 = 8;
+/// Control block offsets: the peer's receive-buffer count (u32) and its
+/// close word (u64: messages it sent + 1, 0 while open).
+const CTRL_CREDIT: usize = 0;
+const CTRL_CLOSE: usize = 8;
+/// Bytes of the control block and of the out-words in the send pool.
+const CTRL_LEN: usize = 64;
+/// Transport retries (timeouts without an acknowledgement) before a send
+/// fails: the most the field allows.
+const RETRY_COUNT: u8 = 7;
+/// Receiver-not-ready retries. Credits guarantee a posted buffer for every
+/// send, so an RNR is a bug: 0 makes it fail loudly instead of stalling.
+pub const RNR_RETRY: u8 = 0;
+/// Pause between connect attempts while the acceptor is not there yet.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// How long one set-up step may take in the first connect attempt even
+/// when `connect_timeout` is shorter, so every connect makes one whole
+/// attempt and can say how it failed.
+const FIRST_STEP: Duration = Duration::from_secs(1);
+
+/// One end of an RC session.
+pub struct RcSession {
+    sq: SendQueue,
+    credits: Credits,
+    receipts: Receipts,
+    next_seq: u64,
+    expect_seq: u64,
+    /// Largest payload: ours and the peer's receive buffers both hold it.
+    max_message: usize,
+    /// Granted inline bytes (0: inline off).
+    inline_max: usize,
+    /// Bytes per send and receive slot.
+    slot: usize,
+    sq_depth: u64,
+    send_base: *mut u8,
+    send_lkey: u32,
+    /// Out-words in the send pool, sources of non-inline control writes.
+    ctrl_out: *mut u8,
+    /// Words the peer writes: credit count and close word.
+    ctrl_in: *mut u8,
+    peer_ctrl: u64,
+    peer_rkey: u32,
+    idle: u32,
+    /// DISCONNECTED (or device removal) seen, or we disconnected.
+    disconnected: bool,
+    end: Option<End>,
+    closed: bool,
+    close_timeout: Duration,
+    qpn: u32,
+    peer_pid: u32,
+    // Verbs objects, dropped in this order after Drop::drop has closed the
+    // session: the QP, its queues and receive ring, then the cold part
+    // (pools, PD, cm id, event channel).
+    qp: CmQp,
+    send_cq: Cq,
+    recv_cq: Cq,
+    ring: RecvRing,
+    cold: Box<Cold>,
+}
+
+/// What the data path does not touch, boxed to keep the session small.
+struct Cold {
+    channel: String,
+    device: String,
+    port: u8,
+    peer_addr: String,
+    // Teardown order: pools, PD, id, channel.
+    _send_mem: Region,
+    _recv_mem: Region,
+    _ctrl_mem: Region,
+    _pd: Pd,
+    id: CmId,
+    events: EventChannel,
+}
+
+// SAFETY: the session exclusively owns every verbs object and pool its raw
+// pointers refer to; libibverbs and librdmacm objects may be used from any
+// thread as long as no two use one at a time, which `&mut self` ensures
+// (the type is not Sync).
+unsafe impl Send for RcSession {}
+
+impl std::fmt::Debug for RcSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RcSession")
+            .field("channel", &self.cold.channel)
+            .field("device", &self.cold.device)
+            .field("qp", &format_args!("{:#x}", self.qpn))
+            .field("peer", &self.cold.peer_addr)
+            .field("next_seq", &self.next_seq)
+            .field("expect_seq", &self.expect_seq)
+            .field("credits", &self.credits.available())
+            .finish()
+    }
+}
+
+impl RcSession {
+    /// The RDMA device carrying the session.
+    pub fn device(&self) -> &str {
+        &self.cold.device
+    }
+
+    /// The local queue pair number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Bytes (header included) a message may have to go inline.
+    pub fn inline_limit(&self) -> usize {
+        self.inline_max
+    }
+
+    /// The peer's process id, from its connect data.
+    pub fn peer_pid(&self) -> u32 {
+        self.peer_pid
+    }
+}
+
+impl Drop for RcSession {
+    fn drop(&mut self) {
+        self.close_in_order();
+        // Fields drop next, in declaration order: parts (QP, queues, pools,
+        // PD), then the id, then the event channel.
+    }
+}

@@ -1,0 +1,281 @@
+//! Resource setup: the protection domain, completion queues, registered
+//! pools and queue pair of one end, and the session assembled from them
+//! once connected.
+
+use std::time::Duration;
+
+use verbs_sys::{IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC};
+
+use super::super::cm::{CmId, EventChannel};
+use super::super::cq::Cq;
+use super::super::credit::{repost_batch, Credits, Receipts};
+use super::super::mr::Region;
+use super::super::pd::Pd;
+use super::super::qp::{Caps, CmQp};
+use super::super::recv_ring::RecvRing;
+use super::super::send_queue::SendQueue;
+use super::super::{device, errors, Lib};
+use super::hello::{name_hash, Hello};
+use super::{Cold, RcSession, CTRL_LEN, SQ_SLACK};
+use crate::config::{SessionConfig, VerbsConfig};
+use crate::error::Result;
+use crate::transport::slot_size;
+
+/// The verbs objects of one end, in teardown order: the queue pair before
+/// the queues and pools it points into, everything before the protection
+/// domain. The cm id and event channel are held by the owner and dropped
+/// after these.
+pub(super) struct Parts {
+    pub(super) qp: CmQp,
+    pub(super) send_cq: Cq,
+    pub(super) recv_cq: Cq,
+    pub(super) send_mem: Region,
+    // Held for its registration; reached through `ring`.
+    pub(super) _recv_mem: Region,
+    pub(super) ctrl_mem: Region,
+    // Held so it is deallocated last.
+    pub(super) _pd: Pd,
+    pub(super) ring: RecvRing,
+    pub(super) caps: Caps,
+    pub(super) device: String,
+    pub(super) slot: usize,
+    pub(super) recv_depth: u32,
+    pub(super) max_message: usize,
+}
+
+impl Parts {
+    /// Creates and registers everything on `id`'s device and posts every
+    /// receive buffer, so the peer may send as soon as it is connected.
+    pub(super) fn build(
+        lib: Lib,
+        id: &CmId,
+        cfg: &SessionConfig,
+        vcfg: &VerbsConfig,
+        name: &str,
+    ) -> Result<Parts> {
+        let device = id.device_name(lib.verbs);
+        super::super::note_overrides(&format!("session `{name}`"), vcfg, &device);
+        let ctx = id.context();
+        let recv_depth = u32::try_from(cfg.capacity).unwrap_or(u32::MAX);
+        let sq_depth = recv_depth.saturating_add(SQ_SLACK);
+        let slot = slot_size(cfg.max_message);
+        let mut attr = verbs_sys::ibv_device_attr::default();
+        // SAFETY: a resolved id's context is live while the id is.
+        let rc = unsafe { (lib.verbs.ibv_query_device)(ctx, &mut attr) };
+        if rc != 0 {
+            return Err(errors::ret(
+                "ibv_query_device",
+                (device.as_str(), id.port()),
+                None,
+                rc,
+            ));
+        }
+        let key = format!("sessions.{name}.capacity");
+        device::check_limit(
+            "the send queue",
+            sq_depth as usize,
+            attr.max_qp_wr,
+            &device,
+            &key,
+        )?;
+        device::check_limit(
+            "the completion queues",
+            sq_depth as usize,
+            attr.max_cqe,
+            &device,
+            &key,
+        )?;
+
+        // SAFETY: every object is created on
+        // the id's live context and stored in `Parts`, whose field order
+        // drops each before what it depends on; the id outlives `Parts`
+        // (the caller keeps it and drops it later).
+        let pd = unsafe { Pd::alloc(lib.verbs, ctx, &device) }?;
+        // SAFETY: as above.
+        let send_cq = unsafe { Cq::new(lib.verbs, ctx, sq_depth as usize, &device) }?;
+        // SAFETY: as above.
+        let recv_cq = unsafe { Cq::new(lib.verbs, ctx, recv_depth as usize, &device) }?;
+        // The NIC only reads the send pool: no access flags. The receive
+        // pool takes local writes. Only the small control block may be
+        // written by the peer.
+        // SAFETY: as above.
+        let send_mem = unsafe {
+            Region::new(
+                lib.verbs,
+                &pd,
+                sq_depth as usize * slot + CTRL_LEN,
+                0,
+                "the send pool",
+                &device,
+            )
+        }?;
+        // SAFETY: as above.
+        let recv_mem = unsafe {
+            Region::new(
+                lib.verbs,
+                &pd,
+                recv_depth as usize * slot,
+                IBV_ACCESS_LOCAL_WRITE,
+                "the receive pool",
+                &device,
+            )
+        }?;
+        // SAFETY: as above.
+        let ctrl_mem = unsafe {
+            Region::new(
+                lib.verbs,
+                &pd,
+                CTRL_LEN,
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                "the control block",
+                &device,
+            )
+        }?;
+        let mut inline = if vcfg.inline { vcfg.max_inline } else { 0 };
+        let (mut qp, caps) = loop {
+            let want = Caps {
+                send_wr: sq_depth,
+                recv_wr: recv_depth,
+                inline,
+            };
+            // SAFETY: as above; the PD and queues are on the id's device.
+            match unsafe {
+                CmQp::create(
+                    lib.cm, id, &pd, &send_cq, &recv_cq, IBV_QPT_RC, want, &device,
+                )
+            } {
+                Ok(x) => break x,
+                // Some devices refuse an inline size they cannot do rather
+                // than grant less: ask for less.
+                Err(e) if inline > 0 => {
+                    log::info!(
+                        "session `{name}`: {e}; retrying with {} bytes inline",
+                        inline / 2
+                    );
+                    inline /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut ring = RecvRing::new(&recv_mem, recv_depth, slot);
+        // SAFETY: at start-up no buffer has been posted or handed out.
+        if let Err(e) = unsafe { ring.post(&mut qp, recv_depth) } {
+            return Err(errors::os(
+                "ibv_post_recv of the receive ring",
+                &device,
+                Some(qp.num()),
+                e,
+            ));
+        }
+        Ok(Parts {
+            qp,
+            send_cq,
+            recv_cq,
+            send_mem,
+            _recv_mem: recv_mem,
+            ctrl_mem,
+            _pd: pd,
+            ring,
+            caps,
+            device,
+            slot,
+            recv_depth,
+            max_message: cfg.max_message,
+        })
+    }
+
+    pub(super) fn hello(&self, name: &str) -> Hello {
+        Hello {
+            pid: std::process::id(),
+            name_hash: name_hash(name),
+            recv_depth: self.recv_depth,
+            max_payload: self.max_message as u32,
+            ctrl_rkey: self.ctrl_mem.rkey(),
+            ctrl_addr: self.ctrl_mem.ptr() as u64,
+        }
+    }
+}
+
+impl RcSession {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        channel: String,
+        parts: Parts,
+        id: CmId,
+        events: EventChannel,
+        peer: Hello,
+        peer_addr: String,
+        cfg: &SessionConfig,
+        vcfg: &VerbsConfig,
+    ) -> RcSession {
+        let max_message = parts.max_message.min(peer.max_payload as usize);
+        if max_message < parts.max_message {
+            log::warn!(
+                "{channel}: the peer's receive buffers hold {max_message} bytes, fewer than max_message {}",
+                parts.max_message
+            );
+        }
+        let sq_depth = u64::from(parts.caps.send_wr.min(parts.recv_depth + SQ_SLACK));
+        let send_base = parts.send_mem.ptr();
+        // Some devices grant inline room even when asked for none.
+        let inline_max = if vcfg.inline {
+            parts.caps.inline as usize
+        } else {
+            0
+        };
+        log::info!(
+            "{channel}: connected on {} (QP {:#x}) to {peer_addr} (pid {}); {} receive buffers, {} bytes inline, signal every {}, repost by {}",
+            parts.device,
+            parts.qp.num(),
+            peer.pid,
+            parts.recv_depth,
+            inline_max,
+            vcfg.signal_every,
+            repost_batch(vcfg.recv_batch, parts.recv_depth)
+        );
+        RcSession {
+            sq: SendQueue::new(sq_depth as u32, vcfg.signal_every),
+            credits: Credits::new(peer.recv_depth),
+            receipts: Receipts::new(
+                parts.recv_depth,
+                repost_batch(vcfg.recv_batch, parts.recv_depth),
+            ),
+            next_seq: 1,
+            expect_seq: 1,
+            max_message,
+            inline_max,
+            slot: parts.slot,
+            sq_depth,
+            send_base,
+            send_lkey: parts.send_mem.lkey(),
+            // SAFETY: the send pool has CTRL_LEN bytes after the slots.
+            ctrl_out: unsafe { send_base.add(sq_depth as usize * parts.slot) },
+            ctrl_in: parts.ctrl_mem.ptr(),
+            peer_ctrl: peer.ctrl_addr,
+            peer_rkey: peer.ctrl_rkey,
+            idle: 0,
+            disconnected: false,
+            end: None,
+            closed: false,
+            close_timeout: cfg.connect_timeout.max(Duration::from_secs(1)),
+            qpn: parts.qp.num(),
+            peer_pid: peer.pid,
+            qp: parts.qp,
+            send_cq: parts.send_cq,
+            recv_cq: parts.recv_cq,
+            ring: parts.ring,
+            cold: Box::new(Cold {
+                channel,
+                device: parts.device,
+                port: id.port(),
+                peer_addr,
+                _send_mem: parts.send_mem,
+                _recv_mem: parts._recv_mem,
+                _ctrl_mem: parts.ctrl_mem,
+                _pd: parts._pd,
+                id,
+                events,
+            }),
+        }
+    }
+}
