@@ -1,4 +1,13 @@
 //! `dlopen`/`dlvsym` and the error they report.
+//!
+//! Hand-written rather than on `libloading`: every function is resolved at
+//! the symbol version this crate's bindings were written against
+//! (`dlvsym(handle, "ibv_open_device", "IBVERBS_1.1")`), so a provider
+//! that exports a newer, incompatible default version is never picked up
+//! by accident. `libloading` offers only `dlsym` (no versioned lookup), so
+//! using it would leave this file's `dlvsym` call and its error handling in
+//! place behind `Library::into_raw`, adding a dependency without removing
+//! code. The unsafe surface here is three libc calls.
 
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
