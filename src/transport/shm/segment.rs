@@ -52,6 +52,8 @@ const RING_CONTROL_STRIDE: usize = 512;
 const CONSUMER_LINE: usize = 128;
 /// Bytes covered by the header checksum.
 const CHECKED_BYTES: usize = 72;
+/// Bytes of the sealed header: the checked fields and their checksum.
+pub const SEALED_HEADER: usize = CHECKED_BYTES + 8;
 
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,7 +417,8 @@ fn new_epoch() -> u64 {
     crate::clock::now_ns() ^ ((std::process::id() as u64) << 48)
 }
 
-fn encode_header(f: &HeaderFields, out: &mut [u8; CHECKED_BYTES + 8]) {
+/// Writes the sealed header of `f` (fields and checksum) into `out`.
+pub fn encode_header(f: &HeaderFields, out: &mut [u8; SEALED_HEADER]) {
     out[0..8].copy_from_slice(&MAGIC);
     out[8..12].copy_from_slice(&VERSION.to_le_bytes());
     out[12..16].copy_from_slice(&(f.kind as u32).to_le_bytes());
@@ -432,8 +435,12 @@ fn encode_header(f: &HeaderFields, out: &mut [u8; CHECKED_BYTES + 8]) {
     out[72..80].copy_from_slice(&sum.to_le_bytes());
 }
 
-fn decode_header(
-    raw: &[u8; CHECKED_BYTES + 8],
+/// Validates a sealed header read from a file of `file_len` bytes that
+/// should hold a `want`: magic, version, checksum, kind, geometry, the
+/// stated size against the geometry and the file. Total: every input gives
+/// a value or a named problem (fuzzed by `fuzz/`).
+pub fn decode_header(
+    raw: &[u8; SEALED_HEADER],
     want: Kind,
     file_len: u64,
 ) -> std::result::Result<HeaderFields, SegmentProblem> {
