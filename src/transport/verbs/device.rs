@@ -7,9 +7,9 @@ use std::ptr::NonNull;
 use verbs_sys::{ibv_context, ibv_device, ibv_gid_entry, ibv_port_attr, Verbs};
 
 use super::errors;
-use crate::affinity::{Device, Sysfs};
 use crate::config::VerbsConfig;
 use crate::error::{Error, Result};
+use crate::sys::affinity::{Device, Sysfs};
 
 /// One RDMA device as the libibverbs device list shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +319,7 @@ pub fn detect(cfg: &VerbsConfig) -> std::result::Result<ActivePort, String> {
 /// The NUMA node of RDMA device `device` (`/sys/class/infiniband/DEV/device/numa_node`),
 /// `None` when the machine does not say (one node, a virtual device, no sysfs).
 /// Busy-polling threads belong on this node's cores: see
-/// [`crate::affinity::placement_for`].
+/// [`crate::sys::affinity::placement_for`].
 pub fn numa_node(device: &str) -> Option<u32> {
     numa_node_in(&Sysfs::system(), device)
 }

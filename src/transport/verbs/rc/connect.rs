@@ -87,6 +87,16 @@ impl From<Error> for Attempt {
     }
 }
 
+/// The connect parameters of both ends: our hello, full transport
+/// retries, and no RNR retries (credits make an RNR a bug).
+fn conn_param(hello: &[u8]) -> ConnParam<'_> {
+    ConnParam {
+        private: hello,
+        retry_count: RETRY_COUNT,
+        rnr_retry_count: RNR_RETRY,
+    }
+}
+
 /// Waits for an event of `id` until `deadline`; events of other ids (the
 /// listener's, stale ones) are skipped. `None` on timeout.
 fn wait_event(events: &EventChannel, id: &CmId, deadline: Instant) -> Result<Option<CmEvent>> {
@@ -147,11 +157,7 @@ impl RcSession {
         };
         let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
         let hello = parts.hello(name).encode();
-        let param = ConnParam {
-            private: &hello,
-            retry_count: RETRY_COUNT,
-            rnr_retry_count: RNR_RETRY,
-        };
+        let param = conn_param(&hello);
         id.accept(param, &parts.device, parts.qp.num())?;
         let peer_addr = peer_of(&id);
         match wait_event(&events, &id, deadline)? {
@@ -269,11 +275,7 @@ impl RcSession {
         )?;
         let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
         let hello = parts.hello(name).encode();
-        let param = ConnParam {
-            private: &hello,
-            retry_count: RETRY_COUNT,
-            rnr_retry_count: RNR_RETRY,
-        };
+        let param = conn_param(&hello);
         id.connect(param, &parts.device, parts.qp.num())?;
         let d = step_deadline();
         match wait_event(events, &id, d)? {
