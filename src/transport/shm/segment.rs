@@ -581,4 +581,41 @@ mod tests {
             Err(SegmentProblem::BadMagic)
         );
     }
+
+    #[test]
+    fn an_opener_compares_the_geometry_with_its_configuration() {
+        let dir = std::env::temp_dir().join(format!("mdbus-seg-geo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = ShmConfig {
+            dir: dir.clone(),
+            huge_pages: HugePages::Off,
+            ..Default::default()
+        };
+        let geo = Geometry {
+            kind: Kind::Stream,
+            slot_size: 128,
+            capacity: 8,
+        };
+        let seg = Segment::create(&cfg, "g", geo).unwrap();
+        assert_eq!(seg.fields().total_len as usize, geo.total_len());
+        let path = seg.path().to_path_buf();
+        let opened = Segment::open_expecting(&path, Kind::Stream, Some(&geo)).unwrap();
+        assert_eq!(opened.fields(), seg.fields());
+        let bigger = Geometry {
+            capacity: 16,
+            ..geo
+        };
+        let e = Segment::open_expecting(&path, Kind::Stream, Some(&bigger)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "shared-memory segment {}: its capacity is 8, the configuration says 16",
+                path.display()
+            )
+        );
+        drop((opened, seg));
+        assert!(!path.exists(), "the creator removes its segment");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
