@@ -13,7 +13,7 @@ use verbs_sys::{
 use super::super::errors;
 use super::end::End;
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, WC_BATCH};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::{SessionEnd, CHECK_EVERY};
 use crate::wire::{Header, HEADER_LEN};
@@ -197,8 +197,10 @@ impl SessionEnd for RcSession {
 
     #[inline]
     fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
-        debug_assert!(len <= self.max_message);
-        if self.end.is_some() || self.disconnected || self.closed {
+        // Checked in release builds too: the slice below must stay inside
+        // the slot. Callers check against max_message first and report
+        // MessageTooLarge; a direct caller gets no space.
+        if len > self.max_message || self.end.is_some() || self.disconnected || self.closed {
             return None;
         }
         if self.credits.available() == 0 {
@@ -223,6 +225,14 @@ impl SessionEnd for RcSession {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        if len > self.max_message {
+            // The send would read past the slot: never post it.
+            return Err(Error::MessageTooLarge {
+                len,
+                max: self.max_message,
+                channel: self.cold.channel.clone(),
+            });
+        }
         let slot = self.sq.take(false);
         let p = self.send_slot(slot.index);
         let seq = self.next_seq;
