@@ -1088,7 +1088,11 @@ impl SessionEnd for RcSession {
 
     #[inline]
     fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
-        debug_assert!(len <= self.max_message);
+        // Checked in release builds too: the slice below must stay in the
+        // slot whatever the caller asks.
+        if len > self.max_message {
+            return None;
+        }
         if self.end.is_some() || self.disconnected || self.closed {
             return None;
         }
