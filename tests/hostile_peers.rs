@@ -518,3 +518,56 @@ fn a_restart_reports_exactly_what_the_new_incarnation_no_longer_retains() {
     );
     assert_eq!(sub.stats().overrun_messages, first_retained - 1);
 }
+
+// ---- Claims beyond the maximum ---------------------------------------
+
+/// The transports' own claim paths are public and safe: a length beyond
+/// the maximum is refused in every build, never an out-of-bounds slice.
+#[test]
+fn transport_claims_refuse_lengths_beyond_the_maximum() {
+    use mdbus::transport::shm::{ShmPublisher, ShmSession};
+    use mdbus::transport::{SessionEnd, StreamSend};
+    let env = shm("claim", "");
+    let cfg = mdbus::config::StreamConfig {
+        max_message: 100,
+        ..Default::default()
+    };
+    let shm_cfg = mdbus::config::ShmConfig {
+        dir: env.dir.clone(),
+        huge_pages: mdbus::config::HugePages::Off,
+        mlock: false,
+        ..Default::default()
+    };
+    let mut p = ShmPublisher::create(&shm_cfg, "big", &cfg).unwrap();
+    match p.claim(1 << 30) {
+        Err(Error::MessageTooLarge { len, max, channel }) => {
+            assert_eq!((len, max, channel.as_str()), (1 << 30, 100, "stream `big`"))
+        }
+        other => panic!("claimed {:?}", other.map(|b| b.len())),
+    }
+    assert_eq!(p.claim(100).unwrap().len(), 100);
+    assert!(matches!(
+        p.commit(101, 0, 0),
+        Err(Error::MessageTooLarge { len: 101, .. })
+    ));
+
+    let scfg = mdbus::config::SessionConfig {
+        max_message: 100,
+        capacity: 4,
+        ..Default::default()
+    };
+    let (c1, s1) = (shm_cfg.clone(), scfg.clone());
+    let t = std::thread::spawn(move || ShmSession::accept(&c1, "big", &s1).unwrap());
+    let _c = ShmSession::connect(&shm_cfg, "big", &scfg).unwrap();
+    let mut a = t.join().unwrap();
+    assert!(a.try_claim(1 << 30).is_none());
+    assert_eq!(a.try_claim(100).map(|b| b.len()), Some(100));
+
+    // And the public handles name the channel and both lengths.
+    let (mut s, _liar) = lying_peer(8);
+    let e = s.send(&[0u8; 233]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "a 233-byte message is larger than the 232-byte maximum of session `o`; raise max_message in its configuration"
+    );
+}
