@@ -250,9 +250,14 @@ impl ShmSubscriber {
         self.idle = 0;
         match self.state {
             Liveness::Live => {
-                // A writer's tail is at most one behind what a reader has
-                // read (it publishes the tail after the slot), never more,
-                // and never beyond any sequence.
+                let closed = self.seg.owner_closed().load(Ordering::Acquire) != 0;
+                let fields = *self.seg.fields();
+                let dead =
+                    !closed && !segment::process_alive(fields.creator_pid, fields.creator_start);
+                // Read after the flag: once the publisher stopped, this tail
+                // is final. A writer's tail is at most one behind what a
+                // reader has read (it publishes the tail after the slot),
+                // never more, and never beyond any sequence.
                 let tail = self.reader.tail();
                 let pos = self.reader.position();
                 if tail >= BUSY || tail.saturating_add(1) < pos {
@@ -262,16 +267,12 @@ impl ShmSubscriber {
                         format!("its tail word holds {tail}, behind this subscriber's position {pos} or beyond any sequence"),
                     ));
                 }
-                let closed = self.seg.owner_closed().load(Ordering::Acquire) != 0;
-                let fields = *self.seg.fields();
-                let dead =
-                    !closed && !segment::process_alive(fields.creator_pid, fields.creator_start);
                 if !(closed || dead) {
                     self.undrained_at = None;
                     return Ok(());
                 }
-                // Drain first: the tail read after the flag is final.
-                let last = self.reader.tail() - 1;
+                // Drain first.
+                let last = tail - 1;
                 if pos <= last {
                     if self.undrained_at != Some(pos) {
                         self.undrained_at = Some(pos);
