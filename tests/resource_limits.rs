@@ -114,3 +114,35 @@ fn free_bytes(dir: &std::path::Path) -> u64 {
     let text = String::from_utf8(out.stdout).unwrap();
     text.lines().nth(1).unwrap().trim().parse().unwrap()
 }
+
+#[test]
+fn a_segment_larger_than_the_free_space_is_refused_before_its_file_exists() {
+    // A channel not listed in the configuration is checked when created.
+    use mdbus::config::{HugePages, ShmConfig, StreamConfig};
+    use mdbus::transport::shm::ShmPublisher;
+    let dir = temp_dir("create");
+    let shm = ShmConfig {
+        dir: dir.clone(),
+        huge_pages: HugePages::Off,
+        mlock: false,
+        ..Default::default()
+    };
+    let huge = StreamConfig {
+        capacity: 1 << 24,
+        max_message: 1 << 20,
+        ..Default::default()
+    };
+    let e = ShmPublisher::create(&shm, "md", &huge)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("stream `md`: streams.md.capacity: the segment of stream `md` (16777216 slots of 1048640 bytes): 17593259790336 bytes (16385.0 GiB) of shared memory, but "),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
