@@ -478,4 +478,32 @@ mod tests {
         let w2 = unsafe { Writer::new(r, &m.tail) };
         assert_eq!(w2.next_seq(), 3);
     }
+
+    #[test]
+    fn a_tail_beyond_any_sequence_is_reported_and_a_lagging_one_waited_for() {
+        let m = mem(4, 4);
+        let r = ring(&m, 4, 4);
+        // SAFETY: `m` outlives writer and reader.
+        let (mut w, mut rd) = unsafe { (Writer::new(r, &m.tail), Reader::new(r, &m.tail, 1)) };
+        publish(&mut w, b"a");
+        // Sequence 1's slot claims a lap the tail (2) does not show.
+        m.words[4].store(9, Ordering::Relaxed);
+        m.tail.store(1, Ordering::Relaxed);
+        let mut buf = [0u8; 8];
+        assert_eq!(rd.read(&mut buf), Read::Empty);
+        assert_eq!(rd.position(), 1);
+        m.tail.store(BUSY + 5, Ordering::Relaxed);
+        assert_eq!(
+            rd.read(&mut buf),
+            Read::Corrupt {
+                seq: 1,
+                word: "tail",
+                value: BUSY + 5
+            }
+        );
+        assert_eq!(rd.position(), 1, "the cursor does not move");
+        assert_eq!(rd.checked_tail(), Err(BUSY + 5));
+        m.tail.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(rd.oldest(), u64::MAX - 4, "saturates, no wrap");
+    }
 }

@@ -268,4 +268,34 @@ mod tests {
         }
         assert_eq!(c.peek().unwrap_err(), PeekError::Empty);
     }
+
+    #[test]
+    fn impossible_head_and_sequence_words_are_refused_not_computed_with() {
+        let words: Vec<AtomicU64> = (0..4 * 4).map(|_| AtomicU64::new(0)).collect();
+        let head = AtomicU64::new(0);
+        let ring = RingRef {
+            slots: words.as_ptr(),
+            mask: 3,
+            words_per_slot: 4,
+        };
+        // SAFETY: `words` and `head` outlive both ends; one of each.
+        let (mut p, c) = unsafe { (Producer::new(ring, &head), Consumer::new(ring, &head)) };
+        for _ in 0..4 {
+            p.try_claim().expect("room");
+            p.commit(0, 0, 0);
+        }
+        // Consumed 9 of 4 sent: `next - head` would wrap.
+        head.store(9, Ordering::Relaxed);
+        assert!(p.try_claim().is_none());
+        assert_eq!(p.bad_head(), Some(9));
+        // Slot of sequence 1 holding neither 1 nor 1 - capacity.
+        words[4].store(77, Ordering::Relaxed);
+        assert_eq!(
+            c.peek().unwrap_err(),
+            PeekError::Corrupt {
+                word: "sequence",
+                value: 77
+            }
+        );
+    }
 }
