@@ -292,6 +292,8 @@ pub struct Config {
     pub streams: BTreeMap<String, StreamConfig>,
     /// Sessions by name; a session not listed uses [`SessionConfig::default`].
     pub sessions: BTreeMap<String, SessionConfig>,
+    /// Resource limits the sizes above are checked against.
+    pub limits: LimitsConfig,
 }
 
 /// Largest `max_message` accepted.
@@ -374,7 +376,7 @@ impl Config {
                 format!("{} is not an absolute path", self.shm.dir.display()),
             ));
         }
-        Ok(())
+        self.check_resources(source_name)
     }
 
     /// The settings of stream `name` (the defaults when it is not listed).
@@ -452,6 +454,287 @@ fn check_common(
         ));
     }
     Ok(())
+}
+
+// ---- Resource limits -------------------------------------------------
+//
+// Every size a channel allocates is a product of keys checked one at a
+// time above (a ring is capacity x slot size); each product, and their sum,
+// is checked here against `limits.max_memory` and, for shared memory, the
+// space of the file system the segments go to, before anything is created.
+
+/// Resource limits.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most bytes the rings, buffers and windows of the listed channels may
+    /// take, each and all together (and the most a caller such as the
+    /// relay lets one buffer take). Default 8 GiB.
+    pub max_memory: u64,
+}
+
+/// Default of `limits.max_memory`: 8 GiB.
+pub const DEFAULT_MAX_MEMORY: u64 = 8 << 30;
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_memory: DEFAULT_MAX_MEMORY,
+        }
+    }
+}
+
+/// Bytes with a readable unit: "1100585369600 bytes (1024.0 GiB)".
+fn bytes_text(n: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let f = n as f64;
+    if f >= GIB {
+        format!("{n} bytes ({:.1} GiB)", f / GIB)
+    } else {
+        format!("{n} bytes ({:.1} MiB)", f / MIB)
+    }
+}
+
+/// One product of keys: what a channel will allocate.
+struct Product {
+    /// The key to change, named in the error.
+    key: String,
+    /// How the bytes come about, naming every key involved.
+    how: String,
+    bytes: u64,
+    /// A shared-memory segment, by kind ("stream", "session") and name:
+    /// checked against the file system too.
+    segment: Option<(&'static str, String)>,
+}
+
+impl LimitsConfig {
+    /// Checks that `bytes` (what `key` makes something allocate, `what`
+    /// describing it) fit `max_memory`; for callers with buffers of their
+    /// own (the relay's reorder store).
+    pub fn check(
+        &self,
+        source_name: &str,
+        key: &str,
+        what: &str,
+        bytes: u64,
+    ) -> Result<(), ConfigError> {
+        if bytes > self.max_memory {
+            return Err(ConfigError::new(
+                source_name,
+                key,
+                format!(
+                    "{what} of {} is more than limits.max_memory ({}): lower {key} or raise limits.max_memory",
+                    bytes_text(bytes),
+                    bytes_text(self.max_memory)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Free and total bytes of the file system holding `dir`, when it can be
+/// asked.
+pub(crate) fn fs_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}
+
+/// Checks that a shared-memory segment of `bytes` fits the free space of
+/// `shm.dir`, counting a segment of the same name there as free (a creator
+/// replaces it). `key`/`how` name the product in the error.
+pub(crate) fn check_shm_space(
+    shm: &ShmConfig,
+    source_name: &str,
+    segments: &[(&'static str, String, u64)],
+    key: &str,
+    how: &str,
+) -> Result<(), ConfigError> {
+    if shm.huge_pages == HugePages::Require {
+        // The segments go to hugetlbfs, which checks its own free pages.
+        return Ok(());
+    }
+    let Some((free, _)) = fs_space(&shm.dir) else {
+        // A missing directory is reported by the creation, with its errno.
+        return Ok(());
+    };
+    let mut need = 0u64;
+    let mut reusable = 0u64;
+    for (kind, name, bytes) in segments {
+        need = need.saturating_add(*bytes);
+        let path = shm.dir.join(format!("{}.{kind}.{name}", shm.prefix));
+        reusable = reusable.saturating_add(std::fs::metadata(path).map_or(0, |m| m.len()));
+    }
+    let room = free.saturating_add(reusable);
+    if need > room {
+        return Err(ConfigError::new(
+            source_name,
+            key,
+            format!(
+                "{how}: {} of shared memory, but {} has {} free: lower {key}, or free space there",
+                bytes_text(need),
+                shm.dir.display(),
+                bytes_text(room)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// What each listed channel allocates on this configuration's
+    /// transport (the larger of shared memory and verbs for `auto`).
+    fn products(&self) -> Vec<Product> {
+        use crate::transport::shm::slot_size;
+        let header = crate::wire::HEADER_LEN as u64;
+        let shm = matches!(self.transport, TransportKind::Shm | TransportKind::Auto);
+        let mut out = Vec::new();
+        for (name, s) in &self.streams {
+            let (cap, max) = (s.capacity as u64, s.max_message as u64);
+            let key = format!("streams.{name}");
+            if shm {
+                let slot = slot_size(s.max_message) as u64;
+                out.push(Product {
+                    key: format!("{key}.capacity"),
+                    how: format!(
+                        "{key}.capacity {cap} x {slot}-byte slots ({key}.max_message {max} + {header}-byte header, in whole cache lines) = a ring"
+                    ),
+                    bytes: cap.saturating_mul(slot).saturating_add(4096),
+                    segment: Some(("stream", name.clone())),
+                });
+            } else {
+                // The publisher's retained window: an index entry per
+                // message and the payload bytes, capped at 64 MiB.
+                let payload = cap.saturating_mul(max).min(64 << 20);
+                out.push(Product {
+                    key: format!("{key}.capacity"),
+                    how: format!(
+                        "{key}.capacity {cap} x 24-byte index entries + {key}.capacity x {key}.max_message {max} bytes of payload (at most 64 MiB) = a retained window"
+                    ),
+                    bytes: cap.saturating_mul(24).saturating_add(payload),
+                    segment: None,
+                });
+            }
+        }
+        for (name, s) in &self.sessions {
+            let (cap, max) = (s.capacity as u64, s.max_message as u64);
+            let key = format!("sessions.{name}");
+            let p = match self.transport {
+                TransportKind::Tcp => {
+                    let frame = header + max;
+                    Product {
+                        key: format!("{key}.max_message"),
+                        how: format!(
+                            "({key}.max_message {max} + {header}) x (min({key}.capacity {cap}, 1024) + 4) = send and receive buffers"
+                        ),
+                        bytes: frame
+                            .saturating_mul(cap.min(1024))
+                            .max(64 << 10)
+                            .saturating_add(frame.saturating_mul(4).max(256 << 10)),
+                        segment: None,
+                    }
+                }
+                _ => {
+                    let slot = slot_size(s.max_message) as u64;
+                    Product {
+                        key: format!("{key}.capacity"),
+                        how: format!(
+                            "2 x {key}.capacity {cap} x {slot}-byte slots ({key}.max_message {max} + {header}-byte header, in whole cache lines) = rings"
+                        ),
+                        bytes: cap.saturating_mul(slot).saturating_mul(2).saturating_add(4096),
+                        segment: (self.transport != TransportKind::Verbs)
+                            .then(|| ("session", name.clone())),
+                    }
+                }
+            };
+            out.push(p);
+        }
+        out
+    }
+
+    /// Checks every product of sizes against `limits.max_memory` and the
+    /// shared-memory file system, naming the keys and the byte total.
+    fn check_resources(&self, source_name: &str) -> Result<(), ConfigError> {
+        let max = self.limits.max_memory;
+        if max == 0 {
+            return Err(ConfigError::new(
+                source_name,
+                "limits.max_memory",
+                "0 is not allowed: at least 1 byte",
+            ));
+        }
+        let products = self.products();
+        let mut total = 0u64;
+        for p in &products {
+            if p.bytes > max {
+                return Err(ConfigError::new(
+                    source_name,
+                    &p.key,
+                    format!(
+                        "{} of {}, more than limits.max_memory ({}): lower {} or raise limits.max_memory",
+                        p.how,
+                        bytes_text(p.bytes),
+                        bytes_text(max),
+                        p.key
+                    ),
+                ));
+            }
+            total = total.saturating_add(p.bytes);
+            if matches!(self.transport, TransportKind::Shm | TransportKind::Auto) {
+                if let Some((kind, name)) = &p.segment {
+                    check_shm_space(
+                        &self.shm,
+                        source_name,
+                        &[(*kind, name.clone(), p.bytes)],
+                        &p.key,
+                        &p.how,
+                    )?;
+                }
+            }
+        }
+        if total > max {
+            return Err(ConfigError::new(
+                source_name,
+                "limits.max_memory",
+                format!(
+                    "the {} listed channels need {} together, more than limits.max_memory ({}): make them smaller or raise limits.max_memory",
+                    products.len(),
+                    bytes_text(total),
+                    bytes_text(max)
+                ),
+            ));
+        }
+        let segments: Vec<_> = products
+            .iter()
+            .filter_map(|p| p.segment.clone().map(|(k, n)| (k, n, p.bytes)))
+            .collect();
+        if segments.len() > 1 && matches!(self.transport, TransportKind::Shm | TransportKind::Auto)
+        {
+            check_shm_space(
+                &self.shm,
+                source_name,
+                &segments,
+                "shm.dir",
+                &format!(
+                    "the {} listed shared-memory channels together",
+                    segments.len()
+                ),
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Durations written as `"250ms"`, `"5s"`, `"10us"`, `"100ns"` or `"2m"`.

@@ -24,6 +24,7 @@ fn the_shm_example_says_what_it_says() {
     assert_eq!(c.transport, mdbus::TransportKind::Shm);
     assert!(c.stream("md").timestamps);
     assert_eq!(c.session("orders").capacity, 4096);
+    assert_eq!(c.limits.max_memory, 8 << 30);
 }
 
 #[test]

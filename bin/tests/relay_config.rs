@@ -205,3 +205,19 @@ fn a_missing_file_is_named() {
         "{e}"
     );
 }
+
+/// A reorder store larger than the memory ceiling is a configuration
+/// error naming the key and the bytes, not an allocation abort at start.
+#[test]
+fn a_reorder_store_beyond_the_memory_ceiling_is_refused() {
+    assert_eq!(
+        err(&format!("{LIVE}[input.arbiter]\nreorder_bytes = 1099511627776\n")),
+        "relay.toml: input.arbiter.reorder_bytes: a reorder store of 1099511627776 bytes (1024.0 GiB) is more than limits.max_memory (8589934592 bytes (8.0 GiB)): lower input.arbiter.reorder_bytes or raise limits.max_memory"
+    );
+    // The ceiling is the bus's: raising it admits the store.
+    let text = format!(
+        "{LIVE}[input.arbiter]\nreorder_bytes = 1099511627776\n[bus.limits]\nmax_memory = 2199023255552\n"
+    );
+    let c = RelayConfig::from_toml_str(&text, "relay.toml").unwrap();
+    assert_eq!(c.input.arbiter.reorder_bytes, 1 << 40);
+}

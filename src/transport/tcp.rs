@@ -42,17 +42,22 @@ pub struct TcpSession {
     /// Where the claimed frame starts.
     claim_at: usize,
     next_seq: u64,
+    /// Length of the current claim, the most a commit may send.
+    claim_len: usize,
     rbuf: Box<[u8]>,
     /// Received, undelivered bytes are `rbuf[r_start..r_end]`.
     r_start: usize,
     r_end: usize,
-    expect_seq: u64,
+    /// Frame checks and the peer's sequence and credit state.
+    reader: FrameReader,
     /// Credit frames before this offset of `rbuf` have been applied.
     scan_at: usize,
     /// Messages the peer grants us in flight.
     peer_capacity: u64,
-    /// Messages of ours the peer has consumed.
-    acked: u64,
+    /// Why the peer's stream cannot be trusted any more, found where no
+    /// error could be returned (a sender looking for credit); reported by
+    /// the next poll or liveness check.
+    broken: Option<String>,
     /// Messages we consumed, and how many of those we told the peer about.
     consumed: u64,
     credit_sent: u64,
@@ -167,13 +172,14 @@ impl TcpSession {
             s_end: 0,
             claim_at: 0,
             next_seq: 1,
+            claim_len: 0,
             rbuf: vec![0u8; rbuf_len].into_boxed_slice(),
             r_start: 0,
             r_end: 0,
-            expect_seq: 1,
+            reader: FrameReader::new(cfg.max_message),
             scan_at: 0,
             peer_capacity: 0,
-            acked: 0,
+            broken: None,
             consumed: 0,
             credit_sent: 0,
             credit_every: (cfg.capacity as u64 / 2).max(1),
@@ -233,6 +239,15 @@ impl TcpSession {
             peer: self.peer.to_string(),
             reason: e.to_string(),
         }
+    }
+
+    /// Marks the session broken by `reason` and returns its error: every
+    /// later call fails the same way, so no frame after a lie is trusted.
+    #[cold]
+    fn fail(&mut self, reason: String) -> Error {
+        let e = self.protocol(reason.clone());
+        self.broken = Some(reason);
+        e
     }
 
     fn protocol(&self, reason: String) -> Error {
@@ -304,6 +319,11 @@ impl TcpSession {
             return Ok(());
         }
         self.compact_rx();
+        if self.r_end == self.rbuf.len() {
+            // Full of frames nobody polled yet: a read into no room would
+            // return 0, which is not the end of the stream.
+            return Ok(());
+        }
         match self.sock.read(&mut self.rbuf[self.r_end..]) {
             Ok(0) => self.eof = true,
             Ok(n) => self.r_end += n,
@@ -314,20 +334,40 @@ impl TcpSession {
     }
 
     /// Called by a sender out of credit: reads and applies credit frames
-    /// that arrived, leaving data frames for `poll`.
+    /// that arrived, leaving data frames for `poll`. A lying frame marks
+    /// the session broken; the next poll or liveness check reports it.
     #[cold]
     fn absorb_credits(&mut self) {
-        if self.receive().is_err() {
+        if self.broken.is_some() || self.receive().is_err() {
             return;
         }
+        let sent = self.next_seq - 1;
         let mut at = self.r_start.max(self.scan_at);
-        while let Ok((h, _)) = Header::decode(&self.rbuf[at..self.r_end]) {
-            if h.flags & FLAG_CREDIT != 0 {
-                self.acked = self.acked.max(h.seq);
+        loop {
+            match self.reader.frame(&self.rbuf[at..self.r_end]) {
+                Ok(None) => break,
+                Ok(Some((frame, used))) => {
+                    if let Frame::Credit(count) = frame {
+                        if let Err(reason) = self.reader.accept_credit(count, sent) {
+                            self.broken = Some(reason);
+                            break;
+                        }
+                    }
+                    at += used;
+                }
+                Err(reason) => {
+                    self.broken = Some(reason);
+                    break;
+                }
             }
-            at += HEADER_LEN + h.len as usize;
         }
         self.scan_at = at;
+    }
+
+    /// The error a broken session reports from now on.
+    #[cold]
+    fn broken_error(&self) -> Option<Error> {
+        self.broken.as_ref().map(|r| self.protocol(r.clone()))
     }
 
     /// Tells the peer how many messages we consumed.
@@ -357,9 +397,15 @@ impl SessionEnd for TcpSession {
 
     #[inline]
     fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
-        if self.next_seq - 1 - self.acked >= self.peer_capacity {
+        if len > self.max_message {
+            // The safe API's callers check first; this keeps the slice in
+            // the frame even for those that do not.
+            return None;
+        }
+        let sent = self.next_seq - 1;
+        if self.reader.in_flight(sent) >= self.peer_capacity {
             self.absorb_credits();
-            if self.next_seq - 1 - self.acked >= self.peer_capacity {
+            if self.broken.is_some() || self.reader.in_flight(sent) >= self.peer_capacity {
                 return None;
             }
         }
@@ -367,12 +413,20 @@ impl SessionEnd for TcpSession {
             return None;
         }
         self.claim_at = self.s_end;
+        self.claim_len = len;
         let start = self.claim_at + HEADER_LEN;
         Some(&mut self.sbuf[start..start + len])
     }
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        if len > self.claim_len {
+            return Err(Error::MessageTooLarge {
+                len,
+                max: self.claim_len,
+                channel: self.channel.clone(),
+            });
+        }
         let seq = self.next_seq;
         Header {
             seq,
@@ -382,6 +436,7 @@ impl SessionEnd for TcpSession {
         }
         .encode(&mut self.sbuf[self.claim_at..]);
         self.s_end = self.claim_at + HEADER_LEN + len;
+        self.claim_len = 0;
         self.next_seq += 1;
         self.flush()?;
         Ok(seq)
@@ -389,52 +444,53 @@ impl SessionEnd for TcpSession {
 
     #[inline]
     fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        if let Some(e) = self.broken_error() {
+            return Err(e);
+        }
         if self.s_start < self.s_end {
             self.flush()?;
         }
         if let Err(e) = self.receive() {
             return Err(self.lost(&e));
         }
+        let sent = self.next_seq - 1;
         let mut n = 0;
         while n < max {
-            let (h, payload) = match Header::decode(&self.rbuf[self.r_start..self.r_end]) {
-                Ok(x) => x,
-                Err(HeaderError::Short(_)) => break,
-                Err(HeaderError::LengthOverrun { claimed, .. })
-                    if claimed as usize <= self.max_message =>
-                {
-                    break
-                }
-                Err(e) => return Err(self.protocol(e.to_string())),
+            let (frame, used) = match self.reader.frame(&self.rbuf[self.r_start..self.r_end]) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(reason) => return Err(self.fail(reason)),
             };
-            if h.flags & FLAG_CLOSE != 0 {
-                self.peer_closed = true;
-                self.r_start = self.r_end;
-                break;
-            }
-            if h.flags & FLAG_CREDIT != 0 {
-                if self.r_start >= self.scan_at {
-                    self.acked = self.acked.max(h.seq);
+            match frame {
+                Frame::Close => {
+                    self.peer_closed = true;
+                    self.r_start = self.r_end;
+                    break;
                 }
-                self.r_start += HEADER_LEN;
-                continue;
+                Frame::Credit(count) => {
+                    // Frames before `scan_at` were applied by a sender
+                    // looking for credit already.
+                    if self.r_start >= self.scan_at {
+                        if let Err(reason) = self.reader.accept_credit(count, sent) {
+                            return Err(self.fail(reason));
+                        }
+                    }
+                    self.r_start += used;
+                }
+                Frame::Data(h, payload) => {
+                    if let Err(reason) = self.reader.accept_data(&h) {
+                        return Err(self.fail(reason));
+                    }
+                    f(Message {
+                        seq: h.seq,
+                        flags: h.flags,
+                        timestamp: h.timestamp,
+                        payload,
+                    });
+                    self.r_start += used;
+                    n += 1;
+                }
             }
-            if h.seq != self.expect_seq || h.len as usize > self.max_message {
-                let reason = format!(
-                    "frame with sequence {} and length {}, expected sequence {} of at most {} bytes",
-                    h.seq, h.len, self.expect_seq, self.max_message
-                );
-                return Err(self.protocol(reason));
-            }
-            self.expect_seq += 1;
-            f(Message {
-                seq: h.seq,
-                flags: h.flags,
-                timestamp: h.timestamp,
-                payload,
-            });
-            self.r_start += HEADER_LEN + h.len as usize;
-            n += 1;
         }
         if n > 0 {
             self.consumed += n as u64;
@@ -461,6 +517,9 @@ impl SessionEnd for TcpSession {
     }
 
     fn check_peer(&mut self) -> Result<()> {
+        if let Some(e) = self.broken_error() {
+            return Err(e);
+        }
         if self.peer_closed {
             return Err(Error::PeerClosed {
                 channel: self.channel.clone(),
@@ -497,5 +556,142 @@ impl SessionEnd for TcpSession {
 impl Drop for TcpSession {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// What the next bytes of a TCP session's receive stream hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A message, with its payload.
+    Data(Header, &'a [u8]),
+    /// The peer has consumed this many of our messages.
+    Credit(u64),
+    /// The peer closed the session.
+    Close,
+}
+
+/// The checks a TCP session applies to what its peer sends, apart from the
+/// socket so that tests and the fuzz target can drive them with arbitrary
+/// bytes. Everything here treats the peer as hostile: a frame that is not
+/// well formed, a sequence that does not follow the last one, and a credit
+/// for messages never sent or going backwards are errors (a sentence
+/// saying what was wrong), never a wrap or a panic.
+#[derive(Debug, Clone)]
+pub struct FrameReader {
+    max_message: usize,
+    expect_seq: u64,
+    /// Messages of ours the peer has consumed.
+    acked: u64,
+}
+
+impl FrameReader {
+    /// A reader for a session whose messages are at most `max_message`
+    /// bytes, before the first frame.
+    pub fn new(max_message: usize) -> FrameReader {
+        FrameReader {
+            max_message,
+            expect_seq: 1,
+            acked: 0,
+        }
+    }
+
+    /// The next frame at the start of `buf` and the bytes it takes; `None`
+    /// while it has not arrived whole. Checks the frame's form only (see
+    /// [`FrameReader::accept_data`] and [`FrameReader::accept_credit`]).
+    #[inline]
+    pub fn frame<'a>(&self, buf: &'a [u8]) -> Result<Option<(Frame<'a>, usize)>, String> {
+        let (h, payload) = match Header::decode(buf) {
+            Ok(x) => x,
+            Err(HeaderError::Short(_)) => return Ok(None),
+            Err(HeaderError::LengthOverrun { claimed, .. })
+                if claimed as usize <= self.max_message =>
+            {
+                return Ok(None)
+            }
+            Err(HeaderError::LengthOverrun { claimed, .. }) => {
+                return Err(format!(
+                    "a frame of {claimed} bytes, larger than max_message {}",
+                    self.max_message
+                ))
+            }
+            Err(e) => return Err(format!("a frame with {e}")),
+        };
+        let used = HEADER_LEN + h.len as usize;
+        if h.flags & (FLAG_CLOSE | FLAG_CREDIT | FLAG_HELLO) == 0 {
+            if h.len as usize > self.max_message {
+                return Err(format!(
+                    "a frame of {} bytes, larger than max_message {}",
+                    h.len, self.max_message
+                ));
+            }
+            return Ok(Some((Frame::Data(h, payload), used)));
+        }
+        if h.flags & FLAG_HELLO != 0 {
+            return Err("a second hello in the middle of the session".into());
+        }
+        if h.len != 0 {
+            return Err(format!(
+                "a {} frame with {} payload bytes, where none belong",
+                if h.flags & FLAG_CLOSE != 0 {
+                    "close"
+                } else {
+                    "credit"
+                },
+                h.len
+            ));
+        }
+        if h.flags & FLAG_CLOSE != 0 {
+            return Ok(Some((Frame::Close, used)));
+        }
+        Ok(Some((Frame::Credit(h.seq), used)))
+    }
+
+    /// Accepts a data frame when it carries the next sequence.
+    #[inline]
+    pub fn accept_data(&mut self, h: &Header) -> Result<(), String> {
+        if h.seq != self.expect_seq {
+            let how = if h.seq < self.expect_seq {
+                "goes backwards"
+            } else {
+                "skips ahead"
+            };
+            return Err(format!(
+                "frame with sequence {} and length {}, expected sequence {}: the sequence {how}",
+                h.seq, h.len, self.expect_seq
+            ));
+        }
+        self.expect_seq += 1;
+        Ok(())
+    }
+
+    /// Accepts a credit frame saying the peer consumed `count` of the
+    /// `sent` messages we sent: it must not exceed them, nor go back.
+    #[inline]
+    pub fn accept_credit(&mut self, count: u64, sent: u64) -> Result<(), String> {
+        if count > sent {
+            return Err(format!(
+                "a credit for {count} consumed messages, but only {sent} were sent"
+            ));
+        }
+        if count < self.acked {
+            return Err(format!(
+                "a credit for {count} consumed messages after one for {}: credits never go back",
+                self.acked
+            ));
+        }
+        self.acked = count;
+        Ok(())
+    }
+
+    /// Our messages the peer has not consumed, of the `sent` ones.
+    #[inline]
+    pub fn in_flight(&self, sent: u64) -> u64 {
+        // `accept_credit` keeps `acked <= sent`; saturating all the same.
+        sent.saturating_sub(self.acked)
+    }
+
+    /// The sequence the next data frame must carry.
+    pub fn expected_seq(&self) -> u64 {
+        self.expect_seq
     }
 }

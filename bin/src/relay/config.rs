@@ -558,6 +558,13 @@ impl RelayConfig {
                 format!("{} is too small: at least 65536 bytes", a.reorder_bytes),
             ));
         }
+        // Allocated whole at start: checked before, not aborted on.
+        self.bus.limits.check(
+            src,
+            "input.arbiter.reorder_bytes",
+            "a reorder store",
+            a.reorder_bytes as u64,
+        )?;
         if a.request_timeout.is_zero() {
             return Err(cerr(
                 src,

@@ -165,10 +165,16 @@ pub enum Read {
         /// First sequence still readable.
         to: u64,
     },
-    /// The slot states a length larger than a slot: the segment is corrupt.
+    /// A word of the ring holds a value no writer can have written (a
+    /// length larger than a slot, a tail beyond any sequence): the segment
+    /// is corrupt or its writer hostile. The cursor does not move.
     Corrupt {
         /// The sequence being read.
         seq: u64,
+        /// Which word: "length" or "tail".
+        word: &'static str,
+        /// What it holds.
+        value: u64,
     },
 }
 
@@ -206,11 +212,24 @@ impl Reader {
         unsafe { &*self.tail }.load(Ordering::Acquire).max(1)
     }
 
+    /// The tail, or the value it holds when no writer can have written it
+    /// (sequences stay below [`BUSY`]).
+    #[inline]
+    pub fn checked_tail(&self) -> Result<u64, u64> {
+        let tail = self.tail();
+        if tail >= BUSY {
+            return Err(tail);
+        }
+        Ok(tail)
+    }
+
     /// Oldest sequence that is certainly still intact in the ring.
     pub fn oldest(&self) -> u64 {
         let tail = self.tail();
         // The slot of `tail - capacity` may be being overwritten right now.
-        (tail + 1).saturating_sub(self.ring.capacity()).max(1)
+        tail.saturating_add(1)
+            .saturating_sub(self.ring.capacity())
+            .max(1)
     }
 
     /// The sequence this reader expects next.
@@ -246,7 +265,11 @@ impl Reader {
             if word(slot, 0).load(Ordering::Relaxed) != want {
                 return self.overrun(want);
             }
-            return Read::Corrupt { seq: want };
+            return Read::Corrupt {
+                seq: want,
+                word: "length",
+                value: len as u64,
+            };
         }
         // SAFETY: the payload follows the header inside the slot, `len` is
         // at most max_payload and `buf` at least that long.
@@ -271,9 +294,27 @@ impl Reader {
     fn overrun(&mut self, from: u64) -> Read {
         // Resume a little ahead of the oldest intact message so a reader that
         // is still slow is not lapped again at once.
-        let tail = self.tail();
+        // The tail is written by another process: a value no writer can
+        // have published is reported, not computed with.
+        let tail = match self.checked_tail() {
+            Ok(t) => t,
+            Err(value) => {
+                return Read::Corrupt {
+                    seq: from,
+                    word: "tail",
+                    value,
+                }
+            }
+        };
+        if tail <= from {
+            // The slot says the writer came round, the tail does not show it
+            // yet: nothing is readable until it does (a writer publishes
+            // the tail after the slot).
+            return Read::Empty;
+        }
         let margin = self.ring.capacity() / 8;
-        let to = (self.oldest() + margin).min(tail).max(from + 1);
+        let oldest = (tail + 1).saturating_sub(self.ring.capacity()).max(1);
+        let to = (oldest + margin).min(tail).max(from + 1);
         self.next = to;
         Read::Overrun { from, to }
     }
@@ -415,7 +456,14 @@ mod tests {
         // Sequence 1 lives in slot 1: word 4 is its sequence, word 5 its length.
         m.words[5].store(1000, Ordering::Relaxed);
         let mut buf = [0u8; 8];
-        assert_eq!(rd.read(&mut buf), Read::Corrupt { seq: 1 });
+        assert_eq!(
+            rd.read(&mut buf),
+            Read::Corrupt {
+                seq: 1,
+                word: "length",
+                value: 1000
+            }
+        );
     }
 
     #[test]
@@ -429,5 +477,33 @@ mod tests {
         // SAFETY: as above; the first writer is not used again.
         let w2 = unsafe { Writer::new(r, &m.tail) };
         assert_eq!(w2.next_seq(), 3);
+    }
+
+    #[test]
+    fn a_tail_beyond_any_sequence_is_reported_and_a_lagging_one_waited_for() {
+        let m = mem(4, 4);
+        let r = ring(&m, 4, 4);
+        // SAFETY: `m` outlives writer and reader.
+        let (mut w, mut rd) = unsafe { (Writer::new(r, &m.tail), Reader::new(r, &m.tail, 1)) };
+        publish(&mut w, b"a");
+        // Sequence 1's slot claims a lap the tail (2) does not show.
+        m.words[4].store(9, Ordering::Relaxed);
+        m.tail.store(1, Ordering::Relaxed);
+        let mut buf = [0u8; 8];
+        assert_eq!(rd.read(&mut buf), Read::Empty);
+        assert_eq!(rd.position(), 1);
+        m.tail.store(BUSY + 5, Ordering::Relaxed);
+        assert_eq!(
+            rd.read(&mut buf),
+            Read::Corrupt {
+                seq: 1,
+                word: "tail",
+                value: BUSY + 5
+            }
+        );
+        assert_eq!(rd.position(), 1, "the cursor does not move");
+        assert_eq!(rd.checked_tail(), Err(BUSY + 5));
+        m.tail.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(rd.oldest(), u64::MAX - 4, "saturates, no wrap");
     }
 }

@@ -3,12 +3,12 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::broadcast::{Read, Reader, RingRef, Writer};
+use super::broadcast::{Read, Reader, RingRef, Writer, BUSY};
 use super::segment::{self, Geometry, Kind, Segment};
 use super::spsc::{Consumer, PeekError, Producer};
 use super::{slot_size, CHECK_EVERY};
 use crate::config::{LateJoin, SessionConfig, ShmConfig, StreamConfig};
-use crate::error::{Error, Result, SegmentProblem};
+use crate::error::{Error, Result};
 use crate::message::{Event, Message};
 use crate::transport::{SessionEnd, StreamReceive, StreamSend};
 
@@ -21,11 +21,37 @@ fn ring_of(seg: &Segment, r: usize) -> RingRef {
     }
 }
 
-fn corrupt(seg: &Segment, what: &'static str) -> Error {
-    Error::Segment {
-        path: seg.path().to_path_buf(),
-        problem: SegmentProblem::Corrupt(what),
+/// A ring word holds a value its writer cannot have written: the segment
+/// is corrupt, or another process with access to it is hostile.
+#[cold]
+fn hostile(channel: String, seg: &Segment, reason: String) -> Error {
+    Error::Protocol {
+        channel,
+        peer: format!("the segment {}", seg.path().display()),
+        reason,
     }
+}
+
+/// Checks, before creating it, that the segment fits the free space of
+/// `shm.dir` (configuration load checks the listed channels; this one
+/// covers every channel, at the time it is created).
+fn check_space(shm: &ShmConfig, name: &str, geo: &Geometry) -> Result<()> {
+    let (kind, section) = match geo.kind {
+        Kind::Stream => ("stream", "streams"),
+        Kind::Session => ("session", "sessions"),
+    };
+    let how = format!(
+        "the segment of {kind} `{name}` ({} slots of {} bytes)",
+        geo.capacity, geo.slot_size
+    );
+    crate::config::check_shm_space(
+        shm,
+        &format!("{kind} `{name}`"),
+        &[(kind, name.into(), geo.total_len() as u64)],
+        &format!("{section}.{name}.capacity"),
+        &how,
+    )?;
+    Ok(())
 }
 
 /// Opens `kind` `name`, waiting up to `timeout` for it to appear.
@@ -60,6 +86,7 @@ fn open_waiting(cfg: &ShmConfig, kind: Kind, name: &str, timeout: Duration) -> R
 pub struct ShmPublisher {
     writer: Writer,
     max_message: usize,
+    name: String,
     // Declared last: dropped after the writer that points into it.
     seg: Segment,
 }
@@ -67,15 +94,13 @@ pub struct ShmPublisher {
 impl ShmPublisher {
     /// Creates the stream's segment (replacing a stale one).
     pub fn create(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmPublisher> {
-        let seg = Segment::create(
-            shm,
-            name,
-            Geometry {
-                kind: Kind::Stream,
-                slot_size: slot_size(cfg.max_message),
-                capacity: cfg.capacity,
-            },
-        )?;
+        let geo = Geometry {
+            kind: Kind::Stream,
+            slot_size: slot_size(cfg.max_message),
+            capacity: cfg.capacity,
+        };
+        check_space(shm, name, &geo)?;
+        let seg = Segment::create(shm, name, geo)?;
         let ring = ring_of(&seg, 0);
         // SAFETY: the ring and its tail word live in `seg`, which outlives
         // the writer (field order); we created the segment, so we are its
@@ -84,6 +109,7 @@ impl ShmPublisher {
         Ok(ShmPublisher {
             writer,
             max_message: cfg.max_message,
+            name: name.into(),
             seg,
         })
     }
@@ -107,7 +133,9 @@ impl StreamSend for ShmPublisher {
 
     #[inline]
     fn claim(&mut self, len: usize) -> Result<&mut [u8]> {
-        debug_assert!(len <= self.max_message);
+        if len > self.max_message {
+            return Err(self.too_large(len));
+        }
         let p = self.writer.claim();
         // SAFETY: the claimed slot's payload holds max_payload >= max_message
         // >= len bytes; while claimed only this writer stores to it, and the
@@ -117,7 +145,21 @@ impl StreamSend for ShmPublisher {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        if len > self.max_message {
+            return Err(self.too_large(len));
+        }
         Ok(self.writer.commit(len as u32, flags, timestamp))
+    }
+}
+
+impl ShmPublisher {
+    #[cold]
+    fn too_large(&self, len: usize) -> Error {
+        Error::MessageTooLarge {
+            len,
+            max: self.max_message,
+            channel: format!("stream `{}`", self.name),
+        }
     }
 }
 
@@ -143,6 +185,10 @@ pub struct ShmSubscriber {
     buf: Vec<u8>,
     idle: u32,
     state: Liveness,
+    /// The position at the last liveness check that found the publisher
+    /// gone with messages still undrained; the same position at the next
+    /// check means they can never be read.
+    undrained_at: Option<u64>,
     shm: ShmConfig,
     name: String,
     // Declared last: dropped after the reader that points into it.
@@ -154,30 +200,38 @@ impl ShmSubscriber {
     /// publisher to create it.
     pub fn attach(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmSubscriber> {
         let seg = open_waiting(shm, Kind::Stream, name, shm.attach_timeout)?;
-        let (reader, buf) = Self::reader_for(&seg, cfg.late_join);
+        let (reader, buf) = Self::reader_for(&seg, cfg.late_join, name)?;
         Ok(ShmSubscriber {
             reader,
             buf,
             idle: 0,
             state: Liveness::Live,
+            undrained_at: None,
             shm: shm.clone(),
             name: name.into(),
             seg,
         })
     }
 
-    fn reader_for(seg: &Segment, late_join: LateJoin) -> (Reader, Vec<u8>) {
+    fn reader_for(seg: &Segment, late_join: LateJoin, name: &str) -> Result<(Reader, Vec<u8>)> {
         let ring = ring_of(seg, 0);
         // SAFETY: ring and tail live in `seg`, which the subscriber keeps
         // alive longer than the reader (field order, and replaced together).
         let mut reader = unsafe { Reader::new(ring, seg.producer_word(0), 1) };
+        if let Err(tail) = reader.checked_tail() {
+            return Err(hostile(
+                format!("stream `{name}`"),
+                seg,
+                format!("its tail word holds {tail}, beyond any sequence"),
+            ));
+        }
         let start = match late_join {
             LateJoin::Next => reader.tail(),
             LateJoin::Oldest => reader.oldest(),
         };
         // SAFETY: as above.
         reader = unsafe { Reader::new(ring, seg.producer_word(0), start) };
-        (reader, vec![0u8; ring.max_payload()])
+        Ok((reader, vec![0u8; ring.max_payload()]))
     }
 
     /// The epoch of the publisher incarnation being read.
@@ -185,10 +239,14 @@ impl ShmSubscriber {
         self.seg.fields().epoch
     }
 
+    fn channel(&self) -> String {
+        format!("stream `{}`", self.name)
+    }
+
     /// Called after an empty read: every [`CHECK_EVERY`] calls, checks the
     /// publisher, and after it went away, looks for a new incarnation.
     #[cold]
-    fn idle_check<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+    fn idle_check<F: FnMut(Event<'_>)>(&mut self, f: &mut F) -> Result<()> {
         self.idle = 0;
         match self.state {
             Liveness::Live => {
@@ -196,14 +254,40 @@ impl ShmSubscriber {
                 let fields = *self.seg.fields();
                 let dead =
                     !closed && !segment::process_alive(fields.creator_pid, fields.creator_start);
+                // Read after the flag: once the publisher stopped, this tail
+                // is final. A writer's tail is at most one behind what a
+                // reader has read (it publishes the tail after the slot),
+                // never more, and never beyond any sequence.
+                let tail = self.reader.tail();
+                let pos = self.reader.position();
+                if tail >= BUSY || tail.saturating_add(1) < pos {
+                    return Err(hostile(
+                        self.channel(),
+                        &self.seg,
+                        format!("its tail word holds {tail}, behind this subscriber's position {pos} or beyond any sequence"),
+                    ));
+                }
                 if !(closed || dead) {
-                    return;
+                    self.undrained_at = None;
+                    return Ok(());
                 }
-                // Drain first: the tail read after the flag is final.
-                let last = self.reader.tail() - 1;
-                if self.reader.position() <= last {
-                    return;
+                // Drain first.
+                let last = tail - 1;
+                if pos <= last {
+                    if self.undrained_at != Some(pos) {
+                        self.undrained_at = Some(pos);
+                        return Ok(());
+                    }
+                    // A whole check interval without progress after the
+                    // writer stopped: the slots do not hold what the tail
+                    // says was published. Report them lost, not waited for.
+                    self.reader = Self::reader_at(&self.seg, last + 1);
+                    f(Event::Overrun {
+                        from: pos,
+                        to: last + 1,
+                    });
                 }
+                self.undrained_at = None;
                 self.state = Liveness::Down;
                 f(if closed {
                     Event::EndOfStream { last_seq: last }
@@ -213,18 +297,20 @@ impl ShmSubscriber {
             }
             Liveness::Down => {
                 if self.seg.still_published() {
-                    return;
+                    return Ok(());
                 }
                 let path = segment::lookup_path(&self.shm, Kind::Stream, &self.name);
                 let Ok(seg) = Segment::open(&path, Kind::Stream) else {
-                    return;
+                    return Ok(());
                 };
                 if seg.fields().epoch == self.seg.fields().epoch {
-                    return;
+                    return Ok(());
                 }
                 // A restarted publisher starts a new sequence: read all of
-                // it that is retained, whatever the late-join policy.
-                let (reader, buf) = Self::reader_for(&seg, LateJoin::Oldest);
+                // it that is retained, whatever the late-join policy, and
+                // report what it no longer retains as lost.
+                let (reader, buf) = Self::reader_for(&seg, LateJoin::Oldest, &self.name)?;
+                let first = reader.position();
                 self.reader = reader;
                 self.buf = buf;
                 self.seg = seg;
@@ -232,8 +318,17 @@ impl ShmSubscriber {
                 f(Event::PublisherRestarted {
                     epoch: self.seg.fields().epoch,
                 });
+                if first > 1 {
+                    f(Event::Overrun { from: 1, to: first });
+                }
             }
         }
+        Ok(())
+    }
+
+    fn reader_at(seg: &Segment, start: u64) -> Reader {
+        // SAFETY: as in `reader_for`.
+        unsafe { Reader::new(ring_of(seg, 0), seg.producer_word(0), start) }
     }
 }
 
@@ -241,7 +336,10 @@ impl StreamReceive for ShmSubscriber {
     #[inline]
     fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
         let mut n = 0;
-        while n < max {
+        // Overruns count against the batch too, so a ring whose slots claim
+        // to be ahead cannot keep one poll busy.
+        let mut overruns = 0;
+        while n < max && overruns < max {
             match self.reader.read(&mut self.buf) {
                 Read::Message {
                     seq,
@@ -261,17 +359,26 @@ impl StreamReceive for ShmSubscriber {
                     if n == 0 {
                         self.idle += 1;
                         if self.idle >= CHECK_EVERY {
-                            self.idle_check(f);
+                            self.idle_check(f)?;
                         }
                     }
                     break;
                 }
-                Read::Overrun { from, to } => f(Event::Overrun { from, to }),
-                Read::Corrupt { .. } => {
-                    return Err(corrupt(
-                        &self.seg,
-                        "a slot states a length larger than a slot",
-                    ))
+                Read::Overrun { from, to } => {
+                    overruns += 1;
+                    f(Event::Overrun { from, to })
+                }
+                Read::Corrupt { seq, word, value } => {
+                    let max = self.buf.len();
+                    let reason = match word {
+                        "length" => format!(
+                            "the slot of sequence {seq} states a length of {value} bytes, more than its {max}"
+                        ),
+                        _ => format!(
+                            "its {word} word holds {value}, beyond any sequence (reading {seq})"
+                        ),
+                    };
+                    return Err(hostile(self.channel(), &self.seg, reason));
                 }
             }
         }
@@ -309,15 +416,13 @@ impl ShmSession {
     /// Creates the session and waits up to `cfg.connect_timeout` for the
     /// initiator.
     pub fn accept(shm: &ShmConfig, name: &str, cfg: &SessionConfig) -> Result<ShmSession> {
-        let seg = Segment::create(
-            shm,
-            name,
-            Geometry {
-                kind: Kind::Session,
-                slot_size: slot_size(cfg.max_message),
-                capacity: cfg.capacity,
-            },
-        )?;
+        let geo = Geometry {
+            kind: Kind::Session,
+            slot_size: slot_size(cfg.max_message),
+            capacity: cfg.capacity,
+        };
+        check_space(shm, name, &geo)?;
+        let seg = Segment::create(shm, name, geo)?;
         let channel = format!("session `{name}`");
         let deadline = Instant::now() + cfg.connect_timeout;
         // Acquire: pairs with the initiator's release of its pid, after it
@@ -431,7 +536,11 @@ impl SessionEnd for ShmSession {
 
     #[inline]
     fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
-        debug_assert!(len <= self.max_message);
+        if len > self.max_message {
+            // The safe API's callers check first; this keeps the slice in
+            // the slot even for those that do not.
+            return None;
+        }
         let p = self.tx.try_claim()?;
         // SAFETY: the consumer released this slot (try_claim checked its
         // head), so only we touch it until commit; it holds at least
@@ -441,6 +550,13 @@ impl SessionEnd for ShmSession {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
+        if len > self.max_message {
+            return Err(Error::MessageTooLarge {
+                len,
+                max: self.max_message,
+                channel: self.channel.clone(),
+            });
+        }
         Ok(self.tx.commit(len as u32, flags, timestamp))
     }
 
@@ -476,11 +592,12 @@ impl SessionEnd for ShmSession {
                     }
                     break;
                 }
-                Err(PeekError::Corrupt) => {
-                    return Err(corrupt(
-                        &self.seg,
-                        "a slot states a length larger than a slot",
-                    ))
+                Err(PeekError::Corrupt { word, value }) => {
+                    let reason = format!(
+                        "the slot of sequence {} holds {value} in its {word} word, which its writer cannot have written",
+                        self.rx.position()
+                    );
+                    return Err(hostile(self.channel.clone(), &self.seg, reason));
                 }
             }
         }
@@ -489,6 +606,13 @@ impl SessionEnd for ShmSession {
 
     #[cold]
     fn check_peer(&mut self) -> Result<()> {
+        if let Some(head) = self.tx.bad_head() {
+            let reason = format!(
+                "the peer's head word holds {head}: it consumed more than the {} messages sent, or went back",
+                self.tx.sent()
+            );
+            return Err(hostile(self.channel.clone(), &self.seg, reason));
+        }
         let (pid, start, closed) = self.peer();
         if closed || !segment::process_alive(pid, start) {
             // Deliver what the peer sent before it went: only a drained

@@ -166,7 +166,9 @@ impl Account {
                 true
             }
             Read::Empty => false,
-            Read::Corrupt { seq } => panic!("slot of {seq} reported corrupt"),
+            Read::Corrupt { seq, word, value } => {
+                panic!("slot of {seq} reported corrupt: {word} {value}")
+            }
         }
     }
 

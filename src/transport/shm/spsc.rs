@@ -39,6 +39,9 @@ pub struct Producer {
     head: *const AtomicU64,
     next: u64,
     cached_head: u64,
+    /// A head value the consumer cannot have written (beyond what was
+    /// produced, or behind an earlier one); the producer stops.
+    bad_head: Option<u64>,
 }
 
 // SAFETY: addresses of shared memory that outlives the producer; used by one
@@ -55,6 +58,7 @@ impl Producer {
             head,
             next: 1,
             cached_head: 0,
+            bad_head: None,
         }
     }
 
@@ -64,19 +68,41 @@ impl Producer {
         &self.ring
     }
 
+    /// The impossible value the consumer's head word held, once one was
+    /// seen: the ring is corrupt or the peer hostile, and this producer
+    /// refuses every claim from then on.
+    pub fn bad_head(&self) -> Option<u64> {
+        self.bad_head
+    }
+
+    /// Messages sent so far.
+    pub fn sent(&self) -> u64 {
+        self.next - 1
+    }
+
     /// Messages sent and not yet consumed, as last seen.
     pub fn in_flight(&self) -> u64 {
         self.next - 1 - self.cached_head
     }
 
-    /// Returns the next slot's payload when the consumer has room for it.
+    /// Returns the next slot's payload when the consumer has room for it;
+    /// `None` when it has not, or when its head word holds a value it
+    /// cannot have written (see [`Producer::bad_head`]).
     #[inline]
     pub fn try_claim(&mut self) -> Option<*const AtomicU64> {
         if self.next - self.cached_head > self.ring.capacity() {
             // Acquire: pairs with the consumer's release of `head`, so the
             // consumer's reads of the slot we reuse are finished.
             // SAFETY: valid for the producer's lifetime (constructor).
-            self.cached_head = unsafe { &*self.head }.load(Ordering::Acquire);
+            let head = unsafe { &*self.head }.load(Ordering::Acquire);
+            // The consumer writes the last sequence it consumed: never more
+            // than was produced, never less than before. Anything else
+            // would wrap the subtraction below.
+            if head >= self.next || head < self.cached_head {
+                self.bad_head = Some(head);
+                return None;
+            }
+            self.cached_head = head;
             if self.next - self.cached_head > self.ring.capacity() {
                 return None;
             }
@@ -132,8 +158,15 @@ unsafe impl Send for Consumer {}
 pub enum PeekError {
     /// Nothing new.
     Empty,
-    /// The slot states a length larger than a slot.
-    Corrupt,
+    /// A word of the slot holds a value the producer cannot have written:
+    /// a length larger than a slot, or a sequence that is neither the
+    /// expected one nor the one a lap earlier.
+    Corrupt {
+        /// Which word: "length" or "sequence".
+        word: &'static str,
+        /// What it holds.
+        value: u64,
+    },
 }
 
 impl Consumer {
@@ -153,13 +186,25 @@ impl Consumer {
     pub fn peek(&self) -> Result<Peeked, PeekError> {
         let s = slot(&self.ring, self.next);
         // Acquire: pairs with the producer's release in `commit`.
-        if word(s, 0).load(Ordering::Acquire) != self.next {
+        let seq = word(s, 0).load(Ordering::Acquire);
+        if seq != self.next {
+            // Not yet written, the slot holds the message of a lap earlier
+            // (0 while fresh). Any other value is not the producer's.
+            if seq != self.next.saturating_sub(self.ring.capacity()) {
+                return Err(PeekError::Corrupt {
+                    word: "sequence",
+                    value: seq,
+                });
+            }
             return Err(PeekError::Empty);
         }
         let meta = word(s, 1).load(Ordering::Relaxed);
         let len = meta as u32;
         if len as usize > self.ring.max_payload() {
-            return Err(PeekError::Corrupt);
+            return Err(PeekError::Corrupt {
+                word: "length",
+                value: len as u64,
+            });
         }
         Ok(Peeked {
             seq: self.next,
@@ -169,6 +214,11 @@ impl Consumer {
             // SAFETY: the payload follows the header inside the slot.
             payload: unsafe { s.add(HEADER_WORDS) },
         })
+    }
+
+    /// The sequence the consumer expects next.
+    pub fn position(&self) -> u64 {
+        self.next
     }
 
     /// Hands the peeked slot back to the producer.
@@ -217,5 +267,35 @@ mod tests {
             c.release();
         }
         assert_eq!(c.peek().unwrap_err(), PeekError::Empty);
+    }
+
+    #[test]
+    fn impossible_head_and_sequence_words_are_refused_not_computed_with() {
+        let words: Vec<AtomicU64> = (0..4 * 4).map(|_| AtomicU64::new(0)).collect();
+        let head = AtomicU64::new(0);
+        let ring = RingRef {
+            slots: words.as_ptr(),
+            mask: 3,
+            words_per_slot: 4,
+        };
+        // SAFETY: `words` and `head` outlive both ends; one of each.
+        let (mut p, c) = unsafe { (Producer::new(ring, &head), Consumer::new(ring, &head)) };
+        for _ in 0..4 {
+            p.try_claim().expect("room");
+            p.commit(0, 0, 0);
+        }
+        // Consumed 9 of 4 sent: `next - head` would wrap.
+        head.store(9, Ordering::Relaxed);
+        assert!(p.try_claim().is_none());
+        assert_eq!(p.bad_head(), Some(9));
+        // Slot of sequence 1 holding neither 1 nor 1 - capacity.
+        words[4].store(77, Ordering::Relaxed);
+        assert_eq!(
+            c.peek().unwrap_err(),
+            PeekError::Corrupt {
+                word: "sequence",
+                value: 77
+            }
+        );
     }
 }
