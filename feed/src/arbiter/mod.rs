@@ -27,17 +27,44 @@
 //!   ([`ArbiterSink::unrecoverable`]), counted and skipped, and delivery
 //!   continues after it. So is the oldest gap when the reorder store is
 //!   full.
+//! - The arbiter follows one session: the configured one
+//!   ([`expected_session`](ArbiterConfig::expected_session)), or the first
+//!   one seen (a session seen only in heartbeats and ends of session gives
+//!   way to the first one with messages: 20 garbage bytes do not lock the
+//!   arbiter). Packets of any other session are
+//!   dropped and counted ([`ArbiterCounters::other_session`]). Without a
+//!   configured session, another session is followed once it is
+//!   confirmed: [`confirm_packets`](ArbiterConfig::confirm_packets)
+//!   packets of it continuing one another on both lines (each line that
+//!   carried the followed session must carry at least half), with the
+//!   followed session silent for
+//!   [`confirm_quiet_ns`](ArbiterConfig::confirm_quiet_ns) and through
+//!   the whole run; or at once after the followed session's end. The new
+//!   session is followed from sequence number 1 (what came before the
+//!   confirming run is requested like any gap).
 //! - A packet whose sequence number is more than
 //!   [`max_jump`](ArbiterConfig::max_jump) beyond the next expected one is
-//!   taken for damaged and dropped ([`ArbiterCounters::suspect_jumps`]):
-//!   believed, it would open a gap of billions of messages, be given up,
-//!   and leave every genuine packet after it behind. The jump stands once
-//!   [`JUMP_CONFIRM`] such packets arrive in a row.
-//! - Malformed packets (any [`PacketError`](crate::moldudp64::PacketError),
-//!   sequence number 0, a range that overflows) are counted and dropped.
-//!   A new session name mid-stream ends the old session (what is stored is
-//!   delivered, what is missing reported unrecoverable) and follows the
-//!   new one from sequence number 1.
+//!   dropped and counted ([`ArbiterCounters::suspect_jumps`]): believed,
+//!   it would open a gap of billions of messages, be given up, and leave
+//!   every genuine packet after it behind. The jump is believed only under
+//!   the same confirmation as a new session: `confirm_packets` far-ahead
+//!   packets continuing one another from one point on both lines, while
+//!   the genuine sequence has stopped advancing for `confirm_quiet_ns`.
+//!   Every packet of the followed session that advances it starts the
+//!   evidence over, so however many forged packets arrive, the genuine
+//!   sequence keeps being delivered. A believed jump reports the messages
+//!   it skips as unrecoverable ([`ArbiterCounters::jumps`]).
+//! - An end of session is believed once every line that carried the
+//!   session has announced it at the same sequence number (one forged
+//!   end-of-session packet on one line does not end a two-line session).
+//! - Malformed packets are counted by reason and dropped
+//!   ([`MalformedCounters`]): any [`PacketError`](crate::moldudp64::PacketError),
+//!   sequence number 0, a range that ends beyond [`MAX_SEQUENCE`] (so no
+//!   sequence arithmetic can overflow).
+//! - Every sequence number from the start is accounted for exactly once,
+//!   in order: delivered ([`ArbiterSink::message`], the bytes of a
+//!   received packet of the followed session) or reported in a range
+//!   ([`ArbiterSink::unrecoverable`]).
 //!
 //! There is no I/O, no clock and no allocation after [`Arbiter::new`]:
 //! time comes in as `now_ns` (any monotonic clock), and the caller runs
@@ -82,17 +109,19 @@
 //! ```
 
 mod gaps;
+mod guard;
 mod rate;
 mod store;
 
 use std::fmt;
 
-use crate::moldudp64::{Packet, PacketKind, Request, Session};
+use crate::moldudp64::{Packet, PacketError, PacketKind, Request, Session};
 
 pub use gaps::REQUESTS_IN_FLIGHT;
 pub use rate::BURST as REQUEST_BURST;
 
 use gaps::{Gaps, Policy};
+use guard::{line_bit, line_index, Run};
 use rate::Bucket;
 use store::Store;
 
@@ -145,20 +174,37 @@ pub struct ArbiterConfig {
     pub gap_wait_ns: u64,
     /// Largest jump ahead of the next expected sequence number that one
     /// packet is believed about; farther packets count as
-    /// [`ArbiterCounters::suspect_jumps`] until [`JUMP_CONFIRM`] in a row
-    /// confirm the jump. 0: no limit.
+    /// [`ArbiterCounters::suspect_jumps`] until a run of them is confirmed
+    /// (see [`confirm_packets`](Self::confirm_packets)). 0: no limit (any
+    /// jump is believed at once; not for a network others can send on).
     pub max_jump: u64,
+    /// Packets that confirm a change the arbiter does not believe from
+    /// one packet: another session name, or a jump beyond `max_jump`.
+    /// They must continue one another on each line, and each line that
+    /// carried the followed session must carry at least half of them.
+    pub confirm_packets: u32,
+    /// How long the followed session must have made no progress (no new
+    /// message, no heartbeat at or past the next expected sequence number)
+    /// before such a change is believed, in the clock of `now_ns`.
+    pub confirm_quiet_ns: u64,
 }
 
-/// Packets in a row beyond [`ArbiterConfig::max_jump`] that make a jump
-/// believed.
+/// Packets in a row beyond [`ArbiterConfig::max_jump`] that made a jump
+/// believed before [`ArbiterConfig::confirm_packets`] replaced it.
+#[deprecated(note = "jumps are confirmed by ArbiterConfig::confirm_packets and confirm_quiet_ns")]
 pub const JUMP_CONFIRM: u32 = 8;
+
+/// The highest sequence number a packet's range may end at. Beyond it a
+/// packet is malformed: a genuine session never gets near it, and no
+/// range arithmetic (a packet end plus a full packet) can overflow.
+pub const MAX_SEQUENCE: u64 = u64::MAX - 0x1_0000;
 
 impl Default for ArbiterConfig {
     /// Any session, late join, 4 MiB / 4,096 packets of reorder store,
     /// 20 ms request timeout, 5 retries, 1,000 messages a request, 1,000
     /// requests a second, 200 µs wait for the other line, jumps of more than
-    /// 10,000,000 messages suspect.
+    /// 10,000,000 messages suspect, changes confirmed by 64 packets (32 on
+    /// each line) after 1 s without progress.
     fn default() -> Self {
         Self {
             expected_session: None,
@@ -171,6 +217,25 @@ impl Default for ArbiterConfig {
             requests_per_second: 1000,
             gap_wait_ns: 200_000,
             max_jump: 10_000_000,
+            confirm_packets: 64,
+            confirm_quiet_ns: 1_000_000_000,
+        }
+    }
+}
+
+impl ArbiterConfig {
+    /// Settings for reading a capture offline (`mdbus-replay`, a relay's
+    /// file input): any session, late join, nothing requested (the sink
+    /// drops requests), and a gap given up 20 ms of capture time after it
+    /// appeared if the other line has not filled it. The trust rules are
+    /// the live defaults.
+    pub fn for_capture() -> Self {
+        Self {
+            gap_wait_ns: 10_000_000,
+            request_timeout_ns: 10_000_000,
+            max_retries: 0,
+            requests_per_second: 0,
+            ..Self::default()
         }
     }
 }
@@ -217,6 +282,9 @@ impl ArbiterConfig {
         if self.start_sequence == Some(0) {
             return Err(ArbiterConfigError::StartSequenceZero);
         }
+        if self.confirm_packets == 0 {
+            return zero("confirm_packets");
+        }
         Ok(())
     }
 }
@@ -230,7 +298,9 @@ pub trait ArbiterSink {
     /// UDP) now; `request.encode()` gives the datagram.
     fn request(&mut self, request: &Request);
     /// Messages `[first, first + count)` will never arrive: reported,
-    /// counted, skipped.
+    /// counted, skipped. `first + count` never overflows (it is at most
+    /// [`MAX_SEQUENCE`]); it is the end-exclusive bound of the feed range a
+    /// source-gap notice carries (`to = first + count`).
     fn unrecoverable(&mut self, first: u64, count: u64) {
         let _ = (first, count);
     }
@@ -284,8 +354,10 @@ pub struct ArbiterCounters {
     pub recovered: u64,
     /// Messages declared unrecoverable and skipped.
     pub unrecoverable: u64,
-    /// Packets rejected as malformed.
+    /// Packets rejected as malformed (the sum of [`Self::malformed_by`]).
     pub malformed: u64,
+    /// Malformed packets by reason.
+    pub malformed_by: MalformedCounters,
     /// Session changes followed.
     pub session_changes: u64,
     /// Packets from a session other than the one followed (the configured
@@ -302,9 +374,56 @@ pub struct ArbiterCounters {
     /// Packets with new messages after the end of their session (dropped).
     pub after_end: u64,
     /// Packets dropped for a sequence number more than
-    /// [`ArbiterConfig::max_jump`] ahead, before [`JUMP_CONFIRM`] of them
-    /// in a row made the jump believed.
+    /// [`ArbiterConfig::max_jump`] ahead (forged, damaged, or a jump not yet
+    /// confirmed).
     pub suspect_jumps: u64,
+    /// Jumps beyond `max_jump` believed after confirmation; the messages
+    /// they skip are in [`Self::unrecoverable`].
+    pub jumps: u64,
+    /// End-of-session packets not believed (yet): the other line has not
+    /// announced the same end, or they came from the re-request server.
+    pub unconfirmed_ends: u64,
+}
+
+/// Malformed packets by reason; see [`ArbiterCounters::malformed_by`].
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MalformedCounters {
+    /// Shorter than the 20-byte header.
+    pub short_header: u64,
+    /// The message count lies: fewer blocks than announced, or bytes after
+    /// the last one.
+    pub count_mismatch: u64,
+    /// A block's length prefix is cut short or claims more bytes than the
+    /// packet holds.
+    pub bad_block_length: u64,
+    /// Sequence number 0 (MoldUDP64 numbers messages from 1).
+    pub sequence_zero: u64,
+    /// The packet's range ends beyond [`MAX_SEQUENCE`].
+    pub sequence_overflow: u64,
+}
+
+impl MalformedCounters {
+    fn count(&mut self, e: &PacketError) {
+        match e {
+            PacketError::ShortHeader { .. } => self.short_header += 1,
+            PacketError::MissingBlock { .. } | PacketError::TrailingBytes { .. } => {
+                self.count_mismatch += 1
+            }
+            PacketError::TruncatedPrefix { .. } | PacketError::BlockOverrun { .. } => {
+                self.bad_block_length += 1
+            }
+        }
+    }
+}
+
+/// What the header of a well-formed packet says, and where it came from.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    line: Line,
+    kind: PacketKind,
+    first: u64,
+    /// Sequence number after its last message (at most [`MAX_SEQUENCE`]).
+    end: u64,
 }
 
 /// MoldUDP64 A/B arbitration with gap recovery; see the [module
@@ -327,8 +446,19 @@ pub struct Arbiter {
     /// Sequence number the end-of-session packet announced.
     end_at: Option<u64>,
     ended: bool,
-    /// Packets in a row beyond `max_jump`.
-    jump_run: u32,
+    /// End of session announced at a sequence number, and by which lines.
+    end_claim: Option<(u64, u8)>,
+    /// Lines (bits, [`line_bit`]) that carried the followed session.
+    lines: u8,
+    /// The followed session is configured or has carried messages; until
+    /// then any session with messages replaces it.
+    firm: bool,
+    /// When the followed session last made progress.
+    last_progress_ns: u64,
+    /// Evidence for another session.
+    candidate: Option<(Session, Run)>,
+    /// Evidence for a jump beyond `max_jump`.
+    jump: Option<Run>,
     store: Store,
     gaps: Gaps,
     bucket: Bucket,
@@ -350,7 +480,12 @@ impl Arbiter {
             last_sequence: [None; 2],
             end_at: None,
             ended: false,
-            jump_run: 0,
+            end_claim: None,
+            lines: 0,
+            firm: config.expected_session.is_some(),
+            last_progress_ns: 0,
+            candidate: None,
+            jump: None,
             store: Store::new(config.reorder_bytes, max_packets),
             // Gaps never outnumber stored packets by more than one; one
             // more slot for the moment a split precedes the store.
@@ -360,7 +495,7 @@ impl Arbiter {
             config,
         };
         if let (Some(_), Some(start)) = (a.session, a.config.start_sequence) {
-            a.start_at(start.max(1));
+            a.start_at(start.clamp(1, MAX_SEQUENCE));
         }
         a
     }
@@ -379,40 +514,65 @@ impl Arbiter {
             Line::B => self.counters.packets_b += 1,
             Line::Recovery => self.counters.packets_recovery += 1,
         }
-        let Ok(packet) = Packet::parse_strict(datagram) else {
-            self.counters.malformed += 1;
-            return;
+        let packet = match Packet::parse_strict(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.malformed += 1;
+                self.counters.malformed_by.count(&e);
+                return;
+            }
         };
         let first = packet.sequence();
-        let Some(end) = first.checked_add(u64::from(packet.message_count())) else {
-            self.counters.malformed += 1;
-            return;
-        };
         if first == 0 {
             self.counters.malformed += 1;
+            self.counters.malformed_by.sequence_zero += 1;
             return;
         }
-        if !self.follow_session(packet.session(), sink) {
-            self.counters.other_session += 1;
+        let Some(end) = first
+            .checked_add(u64::from(packet.message_count()))
+            .filter(|&e| e <= MAX_SEQUENCE)
+        else {
+            self.counters.malformed += 1;
+            self.counters.malformed_by.sequence_overflow += 1;
+            return;
+        };
+        let kind = packet.kind();
+        let head = Head {
+            line,
+            kind,
+            first,
+            end,
+        };
+        if !self.admit_session(packet.session(), head, now_ns, sink) {
             return;
         }
         if !self.started {
-            self.start_at(self.config.start_sequence.unwrap_or(first).max(1));
+            let start = self.config.start_sequence.unwrap_or(first);
+            self.start_at(start.clamp(1, MAX_SEQUENCE));
         }
-        if self.config.max_jump > 0 && first > self.expected.saturating_add(self.config.max_jump) {
-            self.jump_run += 1;
-            if self.jump_run < JUMP_CONFIRM {
-                self.counters.suspect_jumps += 1;
-                return;
-            }
-        } else {
-            self.jump_run = 0;
+        if self.config.max_jump > 0
+            && first > self.expected.saturating_add(self.config.max_jump)
+            && !self.confirm_jump(head, now_ns, sink)
+        {
+            self.counters.suspect_jumps += 1;
+            return;
         }
-        if let Some(i) = match line {
-            Line::A => Some(0),
-            Line::B => Some(1),
-            Line::Recovery => None,
-        } {
+        let advances = match kind {
+            PacketKind::Messages => end > self.expected,
+            PacketKind::Heartbeat | PacketKind::EndOfSession => first >= self.expected,
+        };
+        if advances {
+            // The followed session is alive: whatever evidence there was
+            // for a change starts over.
+            self.last_progress_ns = now_ns;
+            self.candidate = None;
+            self.jump = None;
+        }
+        self.lines |= line_bit(line);
+        if kind == PacketKind::Messages {
+            self.firm = true;
+        }
+        if let Some(i) = line_index(line) {
             if self.last_sequence[i].is_some_and(|prev| first < prev) {
                 self.counters.backwards += 1;
             }
@@ -428,7 +588,7 @@ impl Arbiter {
             PacketKind::EndOfSession => {
                 if !self.ended {
                     if self.end_at.is_none() {
-                        self.end_at = Some(first);
+                        self.claim_end(line, first);
                     }
                     self.reveal(first, now_ns);
                     self.drain(sink);
@@ -510,21 +670,70 @@ impl Arbiter {
         self.high = sequence;
     }
 
-    /// Decides whether a packet of `session` is processed, following a
-    /// change of session if there is one.
-    fn follow_session(&mut self, session: Session, sink: &mut impl ArbiterSink) -> bool {
+    /// Decides whether a packet of `session` is processed: a packet of the
+    /// followed session is; the first packet with messages locks the
+    /// session when none is; another session's packet is evidence for a
+    /// change, followed once confirmed (or at once after the end of the
+    /// followed session), dropped and counted until then.
+    fn admit_session(
+        &mut self,
+        session: Session,
+        head: Head,
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) -> bool {
         let Some(current) = self.session else {
             self.session = Some(session);
+            self.last_progress_ns = now_ns;
             return true;
         };
         if current == session {
             return true;
         }
         if self.config.expected_session.is_some() || self.previous_session == Some(session) {
+            self.counters.other_session += 1;
             return false;
         }
-        // The old session is over: deliver what is stored, report what
-        // is missing, then follow the new one from its start.
+        // A session known only from heartbeats and ends of session (20
+        // bytes of anything) gives way to the first with messages.
+        if self.ended || (!self.firm && head.kind == PacketKind::Messages) {
+            self.change_session(current, session, 0, now_ns, sink);
+            return true;
+        }
+        let Some(i) = line_index(head.line) else {
+            self.counters.other_session += 1;
+            return false;
+        };
+        let mut run = self
+            .candidate
+            .and_then(|(s, run)| (s == session).then_some(run));
+        let run = Run::advance(&mut run, i, head.first, head.end);
+        self.candidate = Some((session, run));
+        if self.confirmed(&run, now_ns) {
+            self.change_session(current, session, run.lines(), now_ns, sink);
+            return true;
+        }
+        self.counters.other_session += 1;
+        false
+    }
+
+    /// True if `run` confirms a change: enough packets on the lines that
+    /// carried the followed session, which has been silent long enough.
+    fn confirmed(&self, run: &Run, now_ns: u64) -> bool {
+        run.confirmed(self.config.confirm_packets.max(1), self.lines)
+            && now_ns.saturating_sub(self.last_progress_ns) >= self.config.confirm_quiet_ns
+    }
+
+    /// The old session is over: delivers what is stored, reports what is
+    /// missing, then follows the new one from its start.
+    fn change_session(
+        &mut self,
+        current: Session,
+        session: Session,
+        lines: u8,
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) {
         self.gaps.kill_all();
         self.drain(sink);
         self.store.clear();
@@ -535,9 +744,69 @@ impl Arbiter {
         self.session = Some(session);
         self.last_sequence = [None; 2];
         self.end_at = None;
+        self.end_claim = None;
         self.ended = false;
+        self.lines = lines;
+        self.firm = false;
+        self.last_progress_ns = now_ns;
+        self.candidate = None;
+        self.jump = None;
         self.start_at(1);
-        true
+    }
+
+    /// A packet more than `max_jump` ahead: evidence for a jump. Returns
+    /// true if it confirms the jump, which has then been made (what it
+    /// skips reported unrecoverable) and the packet is processed.
+    fn confirm_jump(&mut self, head: Head, now_ns: u64, sink: &mut impl ArbiterSink) -> bool {
+        let Some(i) = line_index(head.line) else {
+            return false;
+        };
+        if head.kind == PacketKind::EndOfSession || self.ended {
+            return false;
+        }
+        let run = Run::advance(&mut self.jump, i, head.first, head.end);
+        if !self.confirmed(&run, now_ns) {
+            return false;
+        }
+        self.jump = None;
+        self.counters.jumps += 1;
+        // Everything before the run is given up at once (it is more than
+        // `max_jump` messages: no request would fetch it); the run's own
+        // earlier packets were dropped and become an ordinary gap.
+        self.reveal(run.start, now_ns);
+        self.gaps.kill_all();
+        self.drain(sink);
+        self.last_progress_ns = now_ns;
+        !self.ended
+    }
+
+    /// An end of session announced on `line` at `at`: believed once every
+    /// line that carried the session announced the same.
+    fn claim_end(&mut self, line: Line, at: u64) {
+        let bit = line_bit(line);
+        let mask = match &mut self.end_claim {
+            Some((claimed, mask)) if *claimed == at => {
+                *mask |= bit;
+                *mask
+            }
+            _ => {
+                self.end_claim = Some((at, bit));
+                bit
+            }
+        };
+        if mask != 0 && mask & self.lines == self.lines {
+            self.end_at = Some(at);
+        } else {
+            self.counters.unconfirmed_ends += 1;
+        }
+    }
+
+    /// The input is over (the end of a capture): nothing will fill what is
+    /// missing, so every open gap is reported unrecoverable and what the
+    /// store holds behind them is delivered, in order.
+    pub fn finish(&mut self, sink: &mut impl ArbiterSink) {
+        self.gaps.kill_all();
+        self.drain(sink);
     }
 
     /// Sequence numbers up to `next` exist: anything not seen is a gap.
