@@ -108,6 +108,7 @@
 //! assert_eq!(arb.counters().recovered, 1);
 //! ```
 
+mod capture;
 mod gaps;
 mod guard;
 mod rate;
@@ -117,6 +118,7 @@ use std::fmt;
 
 use crate::moldudp64::{Packet, PacketError, PacketKind, Request, Session};
 
+pub use capture::CaptureSequencer;
 pub use gaps::REQUESTS_IN_FLIGHT;
 pub use rate::BURST as REQUEST_BURST;
 
