@@ -249,8 +249,16 @@ fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Inputs per target: 3,000, or `MDBUS_FUZZ_CASES` for a longer run.
+fn fuzz_cases() -> u32 {
+    std::env::var("MDBUS_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
 
     #[test]
     fn fuzz_target_moldudp64(input in fuzz_input("moldudp64")) {
