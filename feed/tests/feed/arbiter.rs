@@ -784,6 +784,60 @@ fn a_jump_the_feed_keeps_to_stands_once_the_genuine_sequence_stops() {
 }
 
 #[test]
+fn a_random_flood_publishes_nothing_twice_and_nothing_forged() {
+    // 100,000 random datagrams among a 3,000-message A/B day: random
+    // bytes, and well-formed packets of random sessions (the genuine one
+    // included) at random sequence numbers.
+    let mut arb = Arbiter::new(confirming());
+    let mut out = Recorder::default();
+    let mut rng = Rng(7);
+    let names = [s1(), session("SESSION02"), session("X"), session("")];
+    let mut now = 0;
+    let mut flood = 0;
+    for first in (1..=3_000).step_by(3) {
+        for line in [Line::A, Line::B] {
+            arb.on_packet(line, &packet(first, 3), now, &mut out);
+            now += 1;
+        }
+        for _ in 0..100 {
+            let line = [Line::A, Line::B, Line::Recovery][(rng.next() % 3) as usize];
+            let d = if rng.next() % 2 == 0 {
+                let len = (rng.next() % 80) as usize;
+                (0..len).map(|_| rng.next() as u8).collect()
+            } else {
+                let name = names[(rng.next() % 4) as usize];
+                let seq = match rng.next() % 3 {
+                    0 => rng.next(),
+                    1 => (1 << 63) | (rng.next() % 1_000),
+                    _ => u64::MAX - rng.next() % 1_000,
+                };
+                let seq = if name == s1() {
+                    seq
+                } else {
+                    rng.next() % 10_000
+                };
+                match rng.next() % 3 {
+                    0 => moldudp64::heartbeat(name, seq).to_vec(),
+                    1 => moldudp64::end_of_session(name, seq).to_vec(),
+                    _ => packet_of(name, seq.min(u64::MAX - 3), 1 + rng.next() % 3),
+                }
+            };
+            arb.on_packet(line, &d, now, &mut out);
+            flood += 1;
+        }
+    }
+    assert_eq!(flood, 100_000);
+    assert_eq!(out.sequences(), (1..=3_000).collect::<Vec<_>>());
+    assert!(out
+        .events
+        .iter()
+        .all(|e| matches!(e, Event::Message(_, Line::A | Line::B))));
+    let c = arb.counters();
+    assert_eq!((c.session_changes, c.jumps, c.unrecoverable), (0, 0, 0));
+    assert!(c.other_session > 0 && c.suspect_jumps > 0 && c.malformed > 0);
+}
+
+#[test]
 fn malformed_packets_are_counted_and_change_nothing() {
     let mut arb = Arbiter::new(config());
     let mut out = Recorder::default();
