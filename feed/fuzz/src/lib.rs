@@ -201,7 +201,9 @@ impl ArbiterSink for Checker {
     }
 
     fn session_changed(&mut self, _old: Session, new: Session) {
-        self.next = Some(1);
+        // A new session starts at 1; one that replaces a session known
+        // only from heartbeats starts where the configuration says.
+        self.next = None;
         self.ended = false;
         self.session = Some(new);
     }

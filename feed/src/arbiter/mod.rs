@@ -698,8 +698,15 @@ impl Arbiter {
         }
         // A session known only from heartbeats and ends of session (20
         // bytes of anything) gives way to the first with messages.
-        if self.ended || (!self.firm && head.kind == PacketKind::Messages) {
+        if self.ended {
             self.change_session(current, session, 0, now_ns, sink);
+            return true;
+        }
+        if !self.firm && head.kind == PacketKind::Messages {
+            self.change_session(current, session, 0, now_ns, sink);
+            // Nothing of the replaced session was real: start where the
+            // configuration says, as if this were the first packet.
+            self.started = false;
             return true;
         }
         let Some(i) = line_index(head.line) else {

@@ -938,6 +938,17 @@ fn a_garbage_heartbeat_first_gives_way_to_the_first_session_with_messages() {
         ]
     );
     assert_eq!(arb.counters().other_session, 1);
+
+    // Joining late, the session that replaces it starts where it is met.
+    let mut arb = Arbiter::new(ArbiterConfig {
+        start_sequence: None,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &moldudp64::heartbeat(garbage, 7), 0, &mut out);
+    arb.on_packet(Line::A, &packet(1_000, 2), 1, &mut out);
+    assert_eq!(out.sequences(), [1_000, 1_001]);
+    assert_eq!((arb.counters().gaps, arb.counters().unrecoverable), (0, 0));
 }
 
 #[test]
