@@ -56,7 +56,10 @@
 //!   it skips as unrecoverable ([`ArbiterCounters::jumps`]).
 //! - An end of session is believed once every line that carried the
 //!   session has announced it at the same sequence number (one forged
-//!   end-of-session packet on one line does not end a two-line session).
+//!   end-of-session packet on one line does not end a two-line session
+//!   that goes on), or once the session has been silent for
+//!   `confirm_quiet_ns` after it (a line lost its copy), or at
+//!   [`Arbiter::finish`]. Messages past the announced end refute it.
 //! - Malformed packets are counted by reason and dropped
 //!   ([`MalformedCounters`]): any [`PacketError`](crate::moldudp64::PacketError),
 //!   sequence number 0, a range that ends beyond [`MAX_SEQUENCE`] (so no
@@ -206,7 +209,7 @@ impl Default for ArbiterConfig {
     /// 20 ms request timeout, 5 retries, 1,000 messages a request, 1,000
     /// requests a second, 200 µs wait for the other line, jumps of more than
     /// 10,000,000 messages suspect, changes confirmed by 64 packets (32 on
-    /// each line) after 1 s without progress.
+    /// each line) after 5 s without progress.
     fn default() -> Self {
         Self {
             expected_session: None,
@@ -220,7 +223,7 @@ impl Default for ArbiterConfig {
             gap_wait_ns: 200_000,
             max_jump: 10_000_000,
             confirm_packets: 64,
-            confirm_quiet_ns: 1_000_000_000,
+            confirm_quiet_ns: 5_000_000_000,
         }
     }
 }
@@ -382,8 +385,9 @@ pub struct ArbiterCounters {
     /// Jumps beyond `max_jump` believed after confirmation; the messages
     /// they skip are in [`Self::unrecoverable`].
     pub jumps: u64,
-    /// End-of-session packets not believed (yet): the other line has not
-    /// announced the same end, or they came from the re-request server.
+    /// End-of-session packets not believed when they came: the other line
+    /// had not announced the same end (it is believed later if the
+    /// session stays silent), or they came from the re-request server.
     pub unconfirmed_ends: u64,
 }
 
@@ -448,7 +452,9 @@ pub struct Arbiter {
     /// Sequence number the end-of-session packet announced.
     end_at: Option<u64>,
     ended: bool,
-    /// End of session announced at a sequence number, and by which lines.
+    /// End of session announced at a sequence number, and by which lines
+    /// (believed when all lines agree, or after `confirm_quiet_ns` of
+    /// silence).
     end_claim: Option<(u64, u8)>,
     /// Lines (bits, [`line_bit`]) that carried the followed session.
     lines: u8,
@@ -559,10 +565,17 @@ impl Arbiter {
             self.counters.suspect_jumps += 1;
             return;
         }
+        // An end of session is no sign of life: repeated on one line, it
+        // must not keep its own confirmation (below) from coming.
         let advances = match kind {
             PacketKind::Messages => end > self.expected,
-            PacketKind::Heartbeat | PacketKind::EndOfSession => first >= self.expected,
+            PacketKind::Heartbeat => first >= self.expected,
+            PacketKind::EndOfSession => false,
         };
+        if kind == PacketKind::Messages && self.end_claim.is_some_and(|(at, _)| end > at) {
+            // Messages past an announced end: the announcement was false.
+            self.end_claim = None;
+        }
         if advances {
             // The followed session is alive: whatever evidence there was
             // for a change starts over.
@@ -598,6 +611,7 @@ impl Arbiter {
             }
             PacketKind::Messages => self.on_messages(line, packet, first, end, now_ns, sink),
         }
+        self.settle_end(now_ns, sink);
         if self
             .gaps
             .next_deadline(&self.policy, &self.bucket)
@@ -610,6 +624,7 @@ impl Arbiter {
     /// Timers: sends due requests (and retries), declares gaps
     /// unrecoverable after `max_retries`, then delivers what follows.
     pub fn on_timer(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        self.settle_end(now_ns, sink);
         let Some(session) = self.session else {
             return;
         };
@@ -632,7 +647,33 @@ impl Arbiter {
     /// When [`Arbiter::on_timer`] next needs to run (`None`: nothing
     /// pending). May be in the past: run it now.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.gaps.next_deadline(&self.policy, &self.bucket)
+        let gaps = self.gaps.next_deadline(&self.policy, &self.bucket);
+        let end = self.end_due();
+        match (gaps, end) {
+            (Some(g), Some(e)) => Some(g.min(e)),
+            (g, e) => g.or(e),
+        }
+    }
+
+    /// When an end of session announced on only some lines is believed,
+    /// if one is pending.
+    fn end_due(&self) -> Option<u64> {
+        match self.end_claim {
+            Some(_) if self.end_at.is_none() && !self.ended => Some(
+                self.last_progress_ns
+                    .saturating_add(self.config.confirm_quiet_ns),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Believes a pending end of session once the session has been silent
+    /// for `confirm_quiet_ns` since (a line lost its copy of the end).
+    fn settle_end(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        if self.end_due().is_some_and(|due| due <= now_ns) {
+            self.end_at = self.end_claim.map(|(at, _)| at);
+            self.drain(sink);
+        }
     }
 
     /// The next sequence number to deliver (0 before the first packet).
@@ -814,6 +855,8 @@ impl Arbiter {
     /// missing, so every open gap is reported unrecoverable and what the
     /// store holds behind them is delivered, in order.
     pub fn finish(&mut self, sink: &mut impl ArbiterSink) {
+        // Nothing more will come: an end announced on one line stands.
+        self.settle_end(u64::MAX, sink);
         self.gaps.kill_all();
         self.drain(sink);
     }

@@ -717,6 +717,38 @@ fn sequence_numbers_that_jump_backwards_are_counted_and_dropped() {
 }
 
 #[test]
+fn an_end_of_session_one_line_lost_is_believed_after_silence_or_at_the_end_of_input() {
+    let config = ArbiterConfig {
+        confirm_quiet_ns: 100,
+        ..config()
+    };
+    let mut arb = Arbiter::new(config.clone());
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 3), 2, &mut out);
+    assert!(!arb.is_ended());
+    // The timer for it is due when the session has been silent long
+    // enough: since its last new message, at 0 (B's copy brought none).
+    assert_eq!(arb.next_deadline(), Some(100));
+    arb.on_timer(99, &mut out);
+    assert!(!arb.is_ended());
+    arb.on_timer(100, &mut out);
+    assert!(arb.is_ended());
+    assert_eq!(out.events.last(), Some(&Event::EndOfSession));
+
+    // A file ends right after it: finish() believes it.
+    let mut arb = Arbiter::new(config);
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 3), 2, &mut out);
+    arb.finish(&mut out);
+    assert!(arb.is_ended());
+    assert_eq!(arb.counters().unconfirmed_ends, 1);
+}
+
+#[test]
 fn forged_packets_far_ahead_never_displace_the_genuine_sequence() {
     let mut arb = Arbiter::new(ArbiterConfig {
         max_jump: 1000,
