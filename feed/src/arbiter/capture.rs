@@ -4,7 +4,13 @@
 use std::net::SocketAddrV4;
 
 use super::{Arbiter, ArbiterConfig, ArbiterCounters, ArbiterSink, Line};
+use crate::mdcap::Record;
+use crate::moldudp64::{PacketBuilder, Session, BLOCK_PREFIX_LEN, HEADER_LEN};
 use crate::pcap::Datagram;
+
+/// The session name mdcap records are sequenced under (an mdcap file holds
+/// one session's messages and does not name it).
+const MDCAP_SESSION: Session = crate::alpha::Alpha(*b"MDCAP     ");
 
 /// Runs the datagrams of a capture ([`crate::pcap::CaptureReader`])
 /// through an [`Arbiter`], so a replay applies exactly the live rules: one
@@ -57,6 +63,9 @@ pub struct CaptureSequencer {
     lines: [Option<SocketAddrV4>; 2],
     fixed: bool,
     now_ns: u64,
+    /// A packet of one record, for [`CaptureSequencer::on_record`];
+    /// allocated once.
+    packet: Box<[u8]>,
 }
 
 impl CaptureSequencer {
@@ -68,6 +77,8 @@ impl CaptureSequencer {
             lines: [None; 2],
             fixed: false,
             now_ns: 0,
+            packet: vec![0; HEADER_LEN + BLOCK_PREFIX_LEN + usize::from(u16::MAX)]
+                .into_boxed_slice(),
         }
     }
 
@@ -105,6 +116,25 @@ impl CaptureSequencer {
         let line = self.line_of(d.dst);
         self.now_ns = self.now_ns.max(d.timestamp_ns);
         self.arbiter.on_packet(line, d.payload, self.now_ns, sink);
+    }
+
+    /// One record of an mdcap file, sequenced by its upstream sequence
+    /// number under the same rules (as a one-message packet on line A):
+    /// a record repeating or going back is a duplicate, one far ahead is
+    /// suspect until confirmed, sequence 0 or near 2^64 is malformed.
+    pub fn on_record(&mut self, r: &Record<'_>, sink: &mut impl ArbiterSink) {
+        self.now_ns = self.now_ns.max(r.timestamp_ns);
+        let Ok(mut b) = PacketBuilder::new(&mut self.packet, MDCAP_SESSION, r.sequence) else {
+            return;
+        };
+        if b.push(r.data).is_err() {
+            // Longer than a block can carry: the mdcap reader refuses
+            // such records, so this is not reached.
+            return;
+        }
+        let len = b.finish().len();
+        self.arbiter
+            .on_packet(Line::A, &self.packet[..len], self.now_ns, sink);
     }
 
     /// The capture is over: what is still missing is reported

@@ -240,3 +240,33 @@ fn formats_are_told_apart_without_consuming_the_stream() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn mdcap_records_are_sequenced_by_the_same_rules() {
+    let mut w = MdcapWriter::new("m", Vec::new()).unwrap();
+    for (i, seq) in [1u64, 2, 2, 3, 1 << 63, 0, u64::MAX, 1, 4]
+        .into_iter()
+        .enumerate()
+    {
+        w.write(1_000 + i as u64, seq, &body(seq)).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let mut r = MdcapReader::new("m", &bytes[..]).unwrap();
+    let mut seq = CaptureSequencer::new(ArbiterConfig::for_capture());
+    let mut out = Out::default();
+    while let Some(rec) = r.next_record().unwrap() {
+        seq.on_record(&rec, &mut out);
+    }
+    seq.finish(&mut out);
+    let want: Vec<(u64, Vec<u8>)> = (1..=4).map(|s| (s, body(s))).collect();
+    assert_eq!(out.messages, want);
+    let c = seq.counters();
+    assert_eq!((c.duplicate_messages, c.suspect_jumps), (2, 1));
+    assert_eq!(
+        (
+            c.malformed_by.sequence_zero,
+            c.malformed_by.sequence_overflow
+        ),
+        (1, 1)
+    );
+}
