@@ -218,8 +218,12 @@ impl ArbiterSink for Checker {
 /// only bytes the arbiter may publish) and which session it would lock.
 fn feed(arb: &mut Arbiter, sink: &mut Checker, line: Line, datagram: &[u8], now: u64) {
     sink.received.record(datagram);
-    if sink.session.is_none() {
+    if arb.session().is_none() {
+        // No session locked yet (at most one known from heartbeats, which
+        // gives way to the first with messages and its own start): the
+        // sequence may start anywhere.
         sink.session = Packet::parse(datagram).ok().map(|p| p.session());
+        sink.next = None;
     }
     arb.on_packet(line, datagram, now, sink);
 }
@@ -313,7 +317,7 @@ pub fn arbiter(data: &[u8]) {
             }
         }
         sink.session = arb.session();
-        if sink.next.is_none() && arb.expected_sequence() > 0 {
+        if sink.next.is_none() && sink.session.is_some() && arb.expected_sequence() > 0 {
             sink.next = Some(arb.expected_sequence());
         }
     }
@@ -422,9 +426,10 @@ pub fn arbiter_attack(data: &[u8]) {
     // both.
     let lost_on: Vec<u8> = (0..genuine_packets.len())
         .map(|i| match data.get(i).copied().unwrap_or(0x80) % 16 {
-            // The first packet reaches A: it is where a late join starts.
+            // The first packet reaches both lines: it is where a late join
+            // starts (confirmed by its copy).
             0 if i > 0 => 1,
-            1 => 2,
+            1 if i > 0 => 2,
             _ => 0,
         })
         .collect();

@@ -53,19 +53,24 @@ impl Run {
     /// continues it, else starts `run` over from it; returns the run.
     pub fn advance(run: &mut Option<Run>, i: usize, first: u64, end: u64) -> Run {
         match run {
-            Some(r) if r.extends(i, first) => r.push(i, end),
+            Some(r) if r.extends(i, first, end) => {
+                // A line joining the run may show where it began.
+                r.start = r.start.min(first);
+                r.push(i, end);
+            }
             _ => *run = Some(Run::new(i, first, end)),
         }
         run.unwrap_or_else(|| Run::new(i, first, end))
     }
 
-    /// True if a packet starting at `first` on line index `i` continues
-    /// the run: where that line left off, or, on a line that has not
-    /// carried it yet, inside what the other line has shown.
-    pub fn extends(&self, i: usize, first: u64) -> bool {
+    /// True if a packet `[first, end)` on line index `i` continues the
+    /// run: it starts where that line left off, or, on a line that has not
+    /// carried the run yet, it overlaps or touches what the other line has
+    /// shown.
+    pub fn extends(&self, i: usize, first: u64, end: u64) -> bool {
         match self.next[i] {
             Some(n) => first == n,
-            None => first >= self.start && first <= self.high(),
+            None => first <= self.high() && end >= self.start,
         }
     }
 
@@ -105,9 +110,11 @@ mod tests {
     #[test]
     fn a_run_needs_contiguous_packets_on_every_line_asked_for() {
         let mut r = Run::new(0, 10, 12);
-        assert!(r.extends(0, 12) && !r.extends(0, 13) && !r.extends(0, 11));
-        // B has not carried it: anything A has shown continues it.
-        assert!(r.extends(1, 10) && r.extends(1, 12) && !r.extends(1, 13));
+        assert!(r.extends(0, 12, 13) && !r.extends(0, 13, 14) && !r.extends(0, 11, 12));
+        // B has not carried it: anything overlapping what A has shown
+        // continues it.
+        assert!(r.extends(1, 10, 12) && r.extends(1, 12, 12) && r.extends(1, 8, 10));
+        assert!(!r.extends(1, 13, 14) && !r.extends(1, 5, 9));
         r.push(0, 14);
         assert!(r.confirmed(2, 1));
         assert!(!r.confirmed(2, 3), "B has carried none");

@@ -458,8 +458,8 @@ pub struct Arbiter {
     end_claim: Option<(u64, u8)>,
     /// Lines (bits, [`line_bit`]) that carried the followed session.
     lines: u8,
-    /// The followed session is configured or has carried messages; until
-    /// then any session with messages replaces it.
+    /// The followed session is configured or has carried a packet with
+    /// messages; until then any session with messages replaces it.
     firm: bool,
     /// When the followed session last made progress.
     last_progress_ns: u64,
@@ -522,6 +522,11 @@ impl Arbiter {
             Line::B => self.counters.packets_b += 1,
             Line::Recovery => self.counters.packets_recovery += 1,
         }
+        self.process(line, datagram, now_ns, sink);
+    }
+
+    /// [`Arbiter::on_packet`] after the per-line count.
+    fn process(&mut self, line: Line, datagram: &[u8], now_ns: u64, sink: &mut impl ArbiterSink) {
         let packet = match Packet::parse_strict(datagram) {
             Ok(p) => p,
             Err(e) => {
@@ -554,9 +559,12 @@ impl Arbiter {
         if !self.admit_session(packet.session(), head, now_ns, sink) {
             return;
         }
+        if kind == PacketKind::Messages {
+            // A session that carried messages is locked.
+            self.firm = true;
+        }
         if !self.started {
-            let start = self.config.start_sequence.unwrap_or(first);
-            self.start_at(start.clamp(1, MAX_SEQUENCE));
+            self.begin(head);
         }
         if self.config.max_jump > 0
             && first > self.expected.saturating_add(self.config.max_jump)
@@ -584,9 +592,6 @@ impl Arbiter {
             self.jump = None;
         }
         self.lines |= line_bit(line);
-        if kind == PacketKind::Messages {
-            self.firm = true;
-        }
         if let Some(i) = line_index(line) {
             if self.last_sequence[i].is_some_and(|prev| first < prev) {
                 self.counters.backwards += 1;
@@ -667,6 +672,14 @@ impl Arbiter {
         }
     }
 
+    /// Starts delivery: at the configured sequence number, or, joining
+    /// late, at the first packet's. Returns true (the packet is processed).
+    fn begin(&mut self, head: Head) -> bool {
+        let start = self.config.start_sequence.unwrap_or(head.first);
+        self.start_at(start.clamp(1, MAX_SEQUENCE));
+        true
+    }
+
     /// Believes a pending end of session once the session has been silent
     /// for `confirm_quiet_ns` since (a line lost its copy of the end).
     fn settle_end(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
@@ -681,9 +694,11 @@ impl Arbiter {
         self.expected
     }
 
-    /// The session followed, once known.
+    /// The session followed, once locked: configured, or named by a packet
+    /// with messages (`None` before, while a session seen only in
+    /// heartbeats may still give way to another).
     pub fn session(&self) -> Option<Session> {
-        self.session
+        self.session.filter(|_| self.firm)
     }
 
     /// What has happened so far.
@@ -744,10 +759,9 @@ impl Arbiter {
             return true;
         }
         if !self.firm && head.kind == PacketKind::Messages {
-            self.change_session(current, session, 0, now_ns, sink);
-            // Nothing of the replaced session was real: start where the
-            // configuration says, as if this were the first packet.
-            self.started = false;
+            // Nothing of the replaced session was real (no message): it is
+            // forgotten, and the new one starts as if it came first.
+            self.forget_session(session, now_ns);
             return true;
         }
         let Some(i) = line_index(head.line) else {
@@ -802,6 +816,30 @@ impl Arbiter {
         self.candidate = None;
         self.jump = None;
         self.start_at(1);
+    }
+
+    /// Replaces a session that never carried a message: no event, no
+    /// count; what it revealed is dropped, and delivery starts afresh.
+    fn forget_session(&mut self, session: Session, now_ns: u64) {
+        // Its heartbeats' gaps were never real: they leave the count.
+        self.counters.gap_messages = self
+            .counters
+            .gap_messages
+            .saturating_sub(self.gaps.missing());
+        self.store.clear();
+        self.gaps.clear();
+        self.session = Some(session);
+        self.started = false;
+        self.expected = 0;
+        self.high = 0;
+        self.last_sequence = [None; 2];
+        self.end_at = None;
+        self.end_claim = None;
+        self.ended = false;
+        self.lines = 0;
+        self.last_progress_ns = now_ns;
+        self.candidate = None;
+        self.jump = None;
     }
 
     /// A packet more than `max_jump` ahead: evidence for a jump. Returns
