@@ -522,11 +522,6 @@ impl Arbiter {
             Line::B => self.counters.packets_b += 1,
             Line::Recovery => self.counters.packets_recovery += 1,
         }
-        self.process(line, datagram, now_ns, sink);
-    }
-
-    /// [`Arbiter::on_packet`] after the per-line count.
-    fn process(&mut self, line: Line, datagram: &[u8], now_ns: u64, sink: &mut impl ArbiterSink) {
         let packet = match Packet::parse_strict(datagram) {
             Ok(p) => p,
             Err(e) => {
@@ -564,7 +559,9 @@ impl Arbiter {
             self.firm = true;
         }
         if !self.started {
-            self.begin(head);
+            // The configured start, or, joining late, this packet's.
+            let start = self.config.start_sequence.unwrap_or(first);
+            self.start_at(start.clamp(1, MAX_SEQUENCE));
         }
         if self.config.max_jump > 0
             && first > self.expected.saturating_add(self.config.max_jump)
@@ -670,14 +667,6 @@ impl Arbiter {
             ),
             _ => None,
         }
-    }
-
-    /// Starts delivery: at the configured sequence number, or, joining
-    /// late, at the first packet's. Returns true (the packet is processed).
-    fn begin(&mut self, head: Head) -> bool {
-        let start = self.config.start_sequence.unwrap_or(head.first);
-        self.start_at(start.clamp(1, MAX_SEQUENCE));
-        true
     }
 
     /// Believes a pending end of session once the session has been silent
