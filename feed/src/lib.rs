@@ -12,6 +12,7 @@
 //! | [`binaryfile`] | the length-prefixed BinaryFILE format of historical ITCH files |
 //! | [`pcap`] | reading UDP/IPv4 datagrams from pcap and pcapng captures; writing pcap |
 //! | [`mdcap`] | mdbus's own capture format: timestamped, sequenced messages as the relay saw them |
+//! | [`sniff`] | telling a file's format from its first bytes without consuming them (pipes and FIFOs work) |
 //! | [`synth`] | a deterministic synthetic ITCH session and its packing into MoldUDP64 |
 //! | [`alpha`] | fixed-width space-padded ASCII fields (symbols, MPIDs, session names) |
 //!
@@ -49,4 +50,5 @@ pub mod itch;
 pub mod mdcap;
 pub mod moldudp64;
 pub mod pcap;
+pub mod sniff;
 pub mod synth;

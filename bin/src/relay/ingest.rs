@@ -28,6 +28,7 @@ pub fn arbiter_config(input: &InputConfig, session: Option<Session>) -> ArbiterC
         requests_per_second: a.requests_per_second,
         gap_wait_ns: a.gap_wait.as_nanos() as u64,
         max_jump: a.max_jump,
+        ..ArbiterConfig::default()
     }
 }
 

@@ -96,6 +96,13 @@ impl Gaps {
         self.list.clear();
     }
 
+    /// Messages in the open gaps (none of them recovered or reported yet).
+    pub fn missing(&self) -> u64 {
+        self.list
+            .iter()
+            .fold(0u64, |n, g| n.saturating_add(g.end - g.first))
+    }
+
     /// Marks every gap unrecoverable (the session is over).
     pub fn kill_all(&mut self) {
         for g in &mut self.list {

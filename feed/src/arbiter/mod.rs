@@ -27,17 +27,47 @@
 //!   ([`ArbiterSink::unrecoverable`]), counted and skipped, and delivery
 //!   continues after it. So is the oldest gap when the reorder store is
 //!   full.
+//! - The arbiter follows one session: the configured one
+//!   ([`expected_session`](ArbiterConfig::expected_session)), or the first
+//!   one seen (a session seen only in heartbeats and ends of session gives
+//!   way to the first one with messages: 20 garbage bytes do not lock the
+//!   arbiter). Packets of any other session are
+//!   dropped and counted ([`ArbiterCounters::other_session`]). Without a
+//!   configured session, another session is followed once it is
+//!   confirmed: [`confirm_packets`](ArbiterConfig::confirm_packets)
+//!   packets of it continuing one another on both lines (each line that
+//!   carried the followed session must carry at least half), with the
+//!   followed session silent for
+//!   [`confirm_quiet_ns`](ArbiterConfig::confirm_quiet_ns) and through
+//!   the whole run; or at once after the followed session's end. The new
+//!   session is followed from sequence number 1 (what came before the
+//!   confirming run is requested like any gap).
 //! - A packet whose sequence number is more than
 //!   [`max_jump`](ArbiterConfig::max_jump) beyond the next expected one is
-//!   taken for damaged and dropped ([`ArbiterCounters::suspect_jumps`]):
-//!   believed, it would open a gap of billions of messages, be given up,
-//!   and leave every genuine packet after it behind. The jump stands once
-//!   [`JUMP_CONFIRM`] such packets arrive in a row.
-//! - Malformed packets (any [`PacketError`](crate::moldudp64::PacketError),
-//!   sequence number 0, a range that overflows) are counted and dropped.
-//!   A new session name mid-stream ends the old session (what is stored is
-//!   delivered, what is missing reported unrecoverable) and follows the
-//!   new one from sequence number 1.
+//!   dropped and counted ([`ArbiterCounters::suspect_jumps`]): believed,
+//!   it would open a gap of billions of messages, be given up, and leave
+//!   every genuine packet after it behind. The jump is believed only under
+//!   the same confirmation as a new session: `confirm_packets` far-ahead
+//!   packets continuing one another from one point on both lines, while
+//!   the genuine sequence has stopped advancing for `confirm_quiet_ns`.
+//!   Every packet of the followed session that advances it starts the
+//!   evidence over, so however many forged packets arrive, the genuine
+//!   sequence keeps being delivered. A believed jump reports the messages
+//!   it skips as unrecoverable ([`ArbiterCounters::jumps`]).
+//! - An end of session is believed once every line that carried the
+//!   session has announced it at the same sequence number (one forged
+//!   end-of-session packet on one line does not end a two-line session
+//!   that goes on), or once the session has been silent for
+//!   `confirm_quiet_ns` after it (a line lost its copy), or at
+//!   [`Arbiter::finish`]. Messages past the announced end refute it.
+//! - Malformed packets are counted by reason and dropped
+//!   ([`MalformedCounters`]): any [`PacketError`](crate::moldudp64::PacketError),
+//!   sequence number 0, a range that ends beyond [`MAX_SEQUENCE`] (so no
+//!   sequence arithmetic can overflow).
+//! - Every sequence number from the start is accounted for exactly once,
+//!   in order: delivered ([`ArbiterSink::message`], the bytes of a
+//!   received packet of the followed session) or reported in a range
+//!   ([`ArbiterSink::unrecoverable`]).
 //!
 //! There is no I/O, no clock and no allocation after [`Arbiter::new`]:
 //! time comes in as `now_ns` (any monotonic clock), and the caller runs
@@ -81,18 +111,22 @@
 //! assert_eq!(arb.counters().recovered, 1);
 //! ```
 
+mod capture;
 mod gaps;
+mod guard;
 mod rate;
 mod store;
 
 use std::fmt;
 
-use crate::moldudp64::{Packet, PacketKind, Request, Session};
+use crate::moldudp64::{Packet, PacketError, PacketKind, Request, Session};
 
+pub use capture::CaptureSequencer;
 pub use gaps::REQUESTS_IN_FLIGHT;
 pub use rate::BURST as REQUEST_BURST;
 
 use gaps::{Gaps, Policy};
+use guard::{line_bit, line_index, Run};
 use rate::Bucket;
 use store::Store;
 
@@ -145,20 +179,37 @@ pub struct ArbiterConfig {
     pub gap_wait_ns: u64,
     /// Largest jump ahead of the next expected sequence number that one
     /// packet is believed about; farther packets count as
-    /// [`ArbiterCounters::suspect_jumps`] until [`JUMP_CONFIRM`] in a row
-    /// confirm the jump. 0: no limit.
+    /// [`ArbiterCounters::suspect_jumps`] until a run of them is confirmed
+    /// (see [`confirm_packets`](Self::confirm_packets)). 0: no limit (any
+    /// jump is believed at once; not for a network others can send on).
     pub max_jump: u64,
+    /// Packets that confirm a change the arbiter does not believe from
+    /// one packet: another session name, or a jump beyond `max_jump`.
+    /// They must continue one another on each line, and each line that
+    /// carried the followed session must carry at least half of them.
+    pub confirm_packets: u32,
+    /// How long the followed session must have made no progress (no new
+    /// message, no heartbeat at or past the next expected sequence number)
+    /// before such a change is believed, in the clock of `now_ns`.
+    pub confirm_quiet_ns: u64,
 }
 
-/// Packets in a row beyond [`ArbiterConfig::max_jump`] that make a jump
-/// believed.
+/// Packets in a row beyond [`ArbiterConfig::max_jump`] that made a jump
+/// believed before [`ArbiterConfig::confirm_packets`] replaced it.
+#[deprecated(note = "jumps are confirmed by ArbiterConfig::confirm_packets and confirm_quiet_ns")]
 pub const JUMP_CONFIRM: u32 = 8;
+
+/// The highest sequence number a packet's range may end at. Beyond it a
+/// packet is malformed: a genuine session never gets near it, and no
+/// range arithmetic (a packet end plus a full packet) can overflow.
+pub const MAX_SEQUENCE: u64 = u64::MAX - 0x1_0000;
 
 impl Default for ArbiterConfig {
     /// Any session, late join, 4 MiB / 4,096 packets of reorder store,
     /// 20 ms request timeout, 5 retries, 1,000 messages a request, 1,000
     /// requests a second, 200 µs wait for the other line, jumps of more than
-    /// 10,000,000 messages suspect.
+    /// 10,000,000 messages suspect, changes confirmed by 64 packets (32 on
+    /// each line) after 5 s without progress.
     fn default() -> Self {
         Self {
             expected_session: None,
@@ -171,6 +222,25 @@ impl Default for ArbiterConfig {
             requests_per_second: 1000,
             gap_wait_ns: 200_000,
             max_jump: 10_000_000,
+            confirm_packets: 64,
+            confirm_quiet_ns: 5_000_000_000,
+        }
+    }
+}
+
+impl ArbiterConfig {
+    /// Settings for reading a capture offline (`mdbus-replay`, a relay's
+    /// file input): any session, late join, nothing requested (the sink
+    /// drops requests), and a gap given up 20 ms of capture time after it
+    /// appeared if the other line has not filled it. The trust rules are
+    /// the live defaults.
+    pub fn for_capture() -> Self {
+        Self {
+            gap_wait_ns: 10_000_000,
+            request_timeout_ns: 10_000_000,
+            max_retries: 0,
+            requests_per_second: 0,
+            ..Self::default()
         }
     }
 }
@@ -217,6 +287,9 @@ impl ArbiterConfig {
         if self.start_sequence == Some(0) {
             return Err(ArbiterConfigError::StartSequenceZero);
         }
+        if self.confirm_packets == 0 {
+            return zero("confirm_packets");
+        }
         Ok(())
     }
 }
@@ -230,7 +303,9 @@ pub trait ArbiterSink {
     /// UDP) now; `request.encode()` gives the datagram.
     fn request(&mut self, request: &Request);
     /// Messages `[first, first + count)` will never arrive: reported,
-    /// counted, skipped.
+    /// counted, skipped. `first + count` never overflows (it is at most
+    /// [`MAX_SEQUENCE`]); it is the end-exclusive bound of the feed range a
+    /// source-gap notice carries (`to = first + count`).
     fn unrecoverable(&mut self, first: u64, count: u64) {
         let _ = (first, count);
     }
@@ -284,8 +359,10 @@ pub struct ArbiterCounters {
     pub recovered: u64,
     /// Messages declared unrecoverable and skipped.
     pub unrecoverable: u64,
-    /// Packets rejected as malformed.
+    /// Packets rejected as malformed (the sum of [`Self::malformed_by`]).
     pub malformed: u64,
+    /// Malformed packets by reason.
+    pub malformed_by: MalformedCounters,
     /// Session changes followed.
     pub session_changes: u64,
     /// Packets from a session other than the one followed (the configured
@@ -302,9 +379,57 @@ pub struct ArbiterCounters {
     /// Packets with new messages after the end of their session (dropped).
     pub after_end: u64,
     /// Packets dropped for a sequence number more than
-    /// [`ArbiterConfig::max_jump`] ahead, before [`JUMP_CONFIRM`] of them
-    /// in a row made the jump believed.
+    /// [`ArbiterConfig::max_jump`] ahead (forged, damaged, or a jump not yet
+    /// confirmed).
     pub suspect_jumps: u64,
+    /// Jumps beyond `max_jump` believed after confirmation; the messages
+    /// they skip are in [`Self::unrecoverable`].
+    pub jumps: u64,
+    /// End-of-session packets not believed when they came: the other line
+    /// had not announced the same end (it is believed later if the
+    /// session stays silent), or they came from the re-request server.
+    pub unconfirmed_ends: u64,
+}
+
+/// Malformed packets by reason; see [`ArbiterCounters::malformed_by`].
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MalformedCounters {
+    /// Shorter than the 20-byte header.
+    pub short_header: u64,
+    /// The message count lies: fewer blocks than announced, or bytes after
+    /// the last one.
+    pub count_mismatch: u64,
+    /// A block's length prefix is cut short or claims more bytes than the
+    /// packet holds.
+    pub bad_block_length: u64,
+    /// Sequence number 0 (MoldUDP64 numbers messages from 1).
+    pub sequence_zero: u64,
+    /// The packet's range ends beyond [`MAX_SEQUENCE`].
+    pub sequence_overflow: u64,
+}
+
+impl MalformedCounters {
+    fn count(&mut self, e: &PacketError) {
+        match e {
+            PacketError::ShortHeader { .. } => self.short_header += 1,
+            PacketError::MissingBlock { .. } | PacketError::TrailingBytes { .. } => {
+                self.count_mismatch += 1
+            }
+            PacketError::TruncatedPrefix { .. } | PacketError::BlockOverrun { .. } => {
+                self.bad_block_length += 1
+            }
+        }
+    }
+}
+
+/// What the header of a well-formed packet says, and where it came from.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    line: Line,
+    kind: PacketKind,
+    first: u64,
+    /// Sequence number after its last message (at most [`MAX_SEQUENCE`]).
+    end: u64,
 }
 
 /// MoldUDP64 A/B arbitration with gap recovery; see the [module
@@ -327,8 +452,21 @@ pub struct Arbiter {
     /// Sequence number the end-of-session packet announced.
     end_at: Option<u64>,
     ended: bool,
-    /// Packets in a row beyond `max_jump`.
-    jump_run: u32,
+    /// End of session announced at a sequence number, and by which lines
+    /// (believed when all lines agree, or after `confirm_quiet_ns` of
+    /// silence).
+    end_claim: Option<(u64, u8)>,
+    /// Lines (bits, [`line_bit`]) that carried the followed session.
+    lines: u8,
+    /// The followed session is configured or has carried a packet with
+    /// messages; until then any session with messages replaces it.
+    firm: bool,
+    /// When the followed session last made progress.
+    last_progress_ns: u64,
+    /// Evidence for another session.
+    candidate: Option<(Session, Run)>,
+    /// Evidence for a jump beyond `max_jump`.
+    jump: Option<Run>,
     store: Store,
     gaps: Gaps,
     bucket: Bucket,
@@ -350,7 +488,12 @@ impl Arbiter {
             last_sequence: [None; 2],
             end_at: None,
             ended: false,
-            jump_run: 0,
+            end_claim: None,
+            lines: 0,
+            firm: config.expected_session.is_some(),
+            last_progress_ns: 0,
+            candidate: None,
+            jump: None,
             store: Store::new(config.reorder_bytes, max_packets),
             // Gaps never outnumber stored packets by more than one; one
             // more slot for the moment a split precedes the store.
@@ -360,7 +503,7 @@ impl Arbiter {
             config,
         };
         if let (Some(_), Some(start)) = (a.session, a.config.start_sequence) {
-            a.start_at(start.max(1));
+            a.start_at(start.clamp(1, MAX_SEQUENCE));
         }
         a
     }
@@ -379,40 +522,74 @@ impl Arbiter {
             Line::B => self.counters.packets_b += 1,
             Line::Recovery => self.counters.packets_recovery += 1,
         }
-        let Ok(packet) = Packet::parse_strict(datagram) else {
-            self.counters.malformed += 1;
-            return;
-        };
-        let first = packet.sequence();
-        let Some(end) = first.checked_add(u64::from(packet.message_count())) else {
-            self.counters.malformed += 1;
-            return;
-        };
-        if first == 0 {
-            self.counters.malformed += 1;
-            return;
-        }
-        if !self.follow_session(packet.session(), sink) {
-            self.counters.other_session += 1;
-            return;
-        }
-        if !self.started {
-            self.start_at(self.config.start_sequence.unwrap_or(first).max(1));
-        }
-        if self.config.max_jump > 0 && first > self.expected.saturating_add(self.config.max_jump) {
-            self.jump_run += 1;
-            if self.jump_run < JUMP_CONFIRM {
-                self.counters.suspect_jumps += 1;
+        let packet = match Packet::parse_strict(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.malformed += 1;
+                self.counters.malformed_by.count(&e);
                 return;
             }
-        } else {
-            self.jump_run = 0;
+        };
+        let first = packet.sequence();
+        if first == 0 {
+            self.counters.malformed += 1;
+            self.counters.malformed_by.sequence_zero += 1;
+            return;
         }
-        if let Some(i) = match line {
-            Line::A => Some(0),
-            Line::B => Some(1),
-            Line::Recovery => None,
-        } {
+        let Some(end) = first
+            .checked_add(u64::from(packet.message_count()))
+            .filter(|&e| e <= MAX_SEQUENCE)
+        else {
+            self.counters.malformed += 1;
+            self.counters.malformed_by.sequence_overflow += 1;
+            return;
+        };
+        let kind = packet.kind();
+        let head = Head {
+            line,
+            kind,
+            first,
+            end,
+        };
+        if !self.admit_session(packet.session(), head, now_ns, sink) {
+            return;
+        }
+        if kind == PacketKind::Messages {
+            // A session that carried messages is locked.
+            self.firm = true;
+        }
+        if !self.started {
+            // The configured start, or, joining late, this packet's.
+            let start = self.config.start_sequence.unwrap_or(first);
+            self.start_at(start.clamp(1, MAX_SEQUENCE));
+        }
+        if self.config.max_jump > 0
+            && first > self.expected.saturating_add(self.config.max_jump)
+            && !self.confirm_jump(head, now_ns, sink)
+        {
+            self.counters.suspect_jumps += 1;
+            return;
+        }
+        // An end of session is no sign of life: repeated on one line, it
+        // must not keep its own confirmation (below) from coming.
+        let advances = match kind {
+            PacketKind::Messages => end > self.expected,
+            PacketKind::Heartbeat => first >= self.expected,
+            PacketKind::EndOfSession => false,
+        };
+        if kind == PacketKind::Messages && self.end_claim.is_some_and(|(at, _)| end > at) {
+            // Messages past an announced end: the announcement was false.
+            self.end_claim = None;
+        }
+        if advances {
+            // The followed session is alive: whatever evidence there was
+            // for a change starts over.
+            self.last_progress_ns = now_ns;
+            self.candidate = None;
+            self.jump = None;
+        }
+        self.lines |= line_bit(line);
+        if let Some(i) = line_index(line) {
             if self.last_sequence[i].is_some_and(|prev| first < prev) {
                 self.counters.backwards += 1;
             }
@@ -428,7 +605,7 @@ impl Arbiter {
             PacketKind::EndOfSession => {
                 if !self.ended {
                     if self.end_at.is_none() {
-                        self.end_at = Some(first);
+                        self.claim_end(line, first);
                     }
                     self.reveal(first, now_ns);
                     self.drain(sink);
@@ -436,6 +613,7 @@ impl Arbiter {
             }
             PacketKind::Messages => self.on_messages(line, packet, first, end, now_ns, sink),
         }
+        self.settle_end(now_ns, sink);
         if self
             .gaps
             .next_deadline(&self.policy, &self.bucket)
@@ -448,6 +626,7 @@ impl Arbiter {
     /// Timers: sends due requests (and retries), declares gaps
     /// unrecoverable after `max_retries`, then delivers what follows.
     pub fn on_timer(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        self.settle_end(now_ns, sink);
         let Some(session) = self.session else {
             return;
         };
@@ -470,7 +649,33 @@ impl Arbiter {
     /// When [`Arbiter::on_timer`] next needs to run (`None`: nothing
     /// pending). May be in the past: run it now.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.gaps.next_deadline(&self.policy, &self.bucket)
+        let gaps = self.gaps.next_deadline(&self.policy, &self.bucket);
+        let end = self.end_due();
+        match (gaps, end) {
+            (Some(g), Some(e)) => Some(g.min(e)),
+            (g, e) => g.or(e),
+        }
+    }
+
+    /// When an end of session announced on only some lines is believed,
+    /// if one is pending.
+    fn end_due(&self) -> Option<u64> {
+        match self.end_claim {
+            Some(_) if self.end_at.is_none() && !self.ended => Some(
+                self.last_progress_ns
+                    .saturating_add(self.config.confirm_quiet_ns),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Believes a pending end of session once the session has been silent
+    /// for `confirm_quiet_ns` since (a line lost its copy of the end).
+    fn settle_end(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        if self.end_due().is_some_and(|due| due <= now_ns) {
+            self.end_at = self.end_claim.map(|(at, _)| at);
+            self.drain(sink);
+        }
     }
 
     /// The next sequence number to deliver (0 before the first packet).
@@ -478,9 +683,11 @@ impl Arbiter {
         self.expected
     }
 
-    /// The session followed, once known.
+    /// The session followed, once locked: configured, or named by a packet
+    /// with messages (`None` before, while a session seen only in
+    /// heartbeats may still give way to another).
     pub fn session(&self) -> Option<Session> {
-        self.session
+        self.session.filter(|_| self.firm)
     }
 
     /// What has happened so far.
@@ -510,21 +717,76 @@ impl Arbiter {
         self.high = sequence;
     }
 
-    /// Decides whether a packet of `session` is processed, following a
-    /// change of session if there is one.
-    fn follow_session(&mut self, session: Session, sink: &mut impl ArbiterSink) -> bool {
+    /// Decides whether a packet of `session` is processed: a packet of the
+    /// followed session is; the first packet with messages locks the
+    /// session when none is; another session's packet is evidence for a
+    /// change, followed once confirmed (or at once after the end of the
+    /// followed session), dropped and counted until then.
+    fn admit_session(
+        &mut self,
+        session: Session,
+        head: Head,
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) -> bool {
         let Some(current) = self.session else {
             self.session = Some(session);
+            self.last_progress_ns = now_ns;
             return true;
         };
         if current == session {
             return true;
         }
         if self.config.expected_session.is_some() || self.previous_session == Some(session) {
+            self.counters.other_session += 1;
             return false;
         }
-        // The old session is over: deliver what is stored, report what
-        // is missing, then follow the new one from its start.
+        // A session known only from heartbeats and ends of session (20
+        // bytes of anything) gives way to the first with messages.
+        if self.ended {
+            self.change_session(current, session, 0, now_ns, sink);
+            return true;
+        }
+        if !self.firm && head.kind == PacketKind::Messages {
+            // Nothing of the replaced session was real (no message): it is
+            // forgotten, and the new one starts as if it came first.
+            self.forget_session(session, now_ns);
+            return true;
+        }
+        let Some(i) = line_index(head.line) else {
+            self.counters.other_session += 1;
+            return false;
+        };
+        let mut run = self
+            .candidate
+            .and_then(|(s, run)| (s == session).then_some(run));
+        let run = Run::advance(&mut run, i, head.first, head.end);
+        self.candidate = Some((session, run));
+        if self.confirmed(&run, now_ns) {
+            self.change_session(current, session, run.lines(), now_ns, sink);
+            return true;
+        }
+        self.counters.other_session += 1;
+        false
+    }
+
+    /// True if `run` confirms a change: enough packets on the lines that
+    /// carried the followed session, which has been silent long enough.
+    fn confirmed(&self, run: &Run, now_ns: u64) -> bool {
+        run.confirmed(self.config.confirm_packets.max(1), self.lines)
+            && now_ns.saturating_sub(self.last_progress_ns) >= self.config.confirm_quiet_ns
+    }
+
+    /// The old session is over: delivers what is stored, reports what is
+    /// missing, then follows the new one from its start.
+    fn change_session(
+        &mut self,
+        current: Session,
+        session: Session,
+        lines: u8,
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) {
         self.gaps.kill_all();
         self.drain(sink);
         self.store.clear();
@@ -535,9 +797,95 @@ impl Arbiter {
         self.session = Some(session);
         self.last_sequence = [None; 2];
         self.end_at = None;
+        self.end_claim = None;
         self.ended = false;
+        self.lines = lines;
+        self.firm = false;
+        self.last_progress_ns = now_ns;
+        self.candidate = None;
+        self.jump = None;
         self.start_at(1);
-        true
+    }
+
+    /// Replaces a session that never carried a message: no event, no
+    /// count; what it revealed is dropped, and delivery starts afresh.
+    fn forget_session(&mut self, session: Session, now_ns: u64) {
+        // Its heartbeats' gaps were never real: they leave the count.
+        self.counters.gap_messages = self
+            .counters
+            .gap_messages
+            .saturating_sub(self.gaps.missing());
+        self.store.clear();
+        self.gaps.clear();
+        self.session = Some(session);
+        self.started = false;
+        self.expected = 0;
+        self.high = 0;
+        self.last_sequence = [None; 2];
+        self.end_at = None;
+        self.end_claim = None;
+        self.ended = false;
+        self.lines = 0;
+        self.last_progress_ns = now_ns;
+        self.candidate = None;
+        self.jump = None;
+    }
+
+    /// A packet more than `max_jump` ahead: evidence for a jump. Returns
+    /// true if it confirms the jump, which has then been made (what it
+    /// skips reported unrecoverable) and the packet is processed.
+    fn confirm_jump(&mut self, head: Head, now_ns: u64, sink: &mut impl ArbiterSink) -> bool {
+        let Some(i) = line_index(head.line) else {
+            return false;
+        };
+        if head.kind == PacketKind::EndOfSession || self.ended {
+            return false;
+        }
+        let run = Run::advance(&mut self.jump, i, head.first, head.end);
+        if !self.confirmed(&run, now_ns) {
+            return false;
+        }
+        self.jump = None;
+        self.counters.jumps += 1;
+        // Everything before the run is given up at once (it is more than
+        // `max_jump` messages: no request would fetch it); the run's own
+        // earlier packets were dropped and become an ordinary gap.
+        self.reveal(run.start, now_ns);
+        self.gaps.kill_all();
+        self.drain(sink);
+        self.last_progress_ns = now_ns;
+        !self.ended
+    }
+
+    /// An end of session announced on `line` at `at`: believed once every
+    /// line that carried the session announced the same.
+    fn claim_end(&mut self, line: Line, at: u64) {
+        let bit = line_bit(line);
+        let mask = match &mut self.end_claim {
+            Some((claimed, mask)) if *claimed == at => {
+                *mask |= bit;
+                *mask
+            }
+            _ => {
+                self.end_claim = Some((at, bit));
+                bit
+            }
+        };
+        if mask != 0 && mask & self.lines == self.lines {
+            self.end_at = Some(at);
+        } else {
+            self.counters.unconfirmed_ends += 1;
+        }
+    }
+
+    /// The input is over (the end of a capture): nothing will fill what is
+    /// missing, so every open gap is reported unrecoverable and what the
+    /// store holds behind them is delivered, in order.
+    pub fn finish(&mut self, sink: &mut impl ArbiterSink) {
+        // Nothing more will come: an end announced on one line stands.
+        self.settle_end(u64::MAX, sink);
+        self.gaps.kill_all();
+        self.drain(sink);
     }
 
     /// Sequence numbers up to `next` exist: anything not seen is a gap.

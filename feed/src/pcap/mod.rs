@@ -14,7 +14,7 @@
 mod reader;
 mod writer;
 
-pub use reader::{CaptureFormat, CaptureReader, CaptureStats, Datagram};
+pub use reader::{capture_format, CaptureFormat, CaptureReader, CaptureStats, Datagram};
 pub use writer::CaptureWriter;
 
 use std::io;

@@ -5,6 +5,8 @@ use std::io::{self, Cursor, ErrorKind, Read};
 use std::net::SocketAddrV4;
 use std::path::Path;
 
+use etherparse::err::packet::SliceError;
+use etherparse::err::Layer;
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
@@ -26,7 +28,8 @@ pub struct Datagram<'a> {
     pub payload: &'a [u8],
 }
 
-/// Counts of what a [`CaptureReader`] has read and skipped.
+/// Counts of what a [`CaptureReader`] has read and skipped, each skipped
+/// frame under exactly one reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CaptureStats {
     /// Packet records read (pcap records; pcapng enhanced, simple and
@@ -34,14 +37,22 @@ pub struct CaptureStats {
     pub packets: u64,
     /// UDP/IPv4 datagrams yielded.
     pub datagrams: u64,
-    /// Skipped: not IPv4 (IPv6, ARP, other ether types).
+    /// Skipped: not IP at all (ARP, other ether types).
     pub not_ipv4: u64,
+    /// Skipped: IPv6 (this reader yields UDP over IPv4 only).
+    pub ipv6: u64,
     /// Skipped: IPv4 but not UDP (TCP, ICMP, IGMP, ...).
     pub not_udp: u64,
     /// Skipped: IPv4 fragments, which this reader does not reassemble.
     pub fragments: u64,
-    /// Skipped: headers that do not parse, often a packet cut short by the
-    /// capture's snapshot length.
+    /// Skipped: the frame ends before its headers or the IP length say it
+    /// does (often a packet cut short by the capture's snapshot length).
+    pub truncated: u64,
+    /// Skipped: the UDP length field disagrees with the IP payload (0,
+    /// shorter than the UDP header, longer or shorter than the datagram).
+    pub bad_udp_length: u64,
+    /// Skipped: headers that do not parse for another reason (a bad IP
+    /// version or header length, a malformed VLAN or SLL header).
     pub unparseable: u64,
     /// Skipped: pcapng packets on an interface whose link type is not
     /// Ethernet, Linux SLL or raw IPv4.
@@ -51,7 +62,14 @@ pub struct CaptureStats {
 impl CaptureStats {
     /// Packets read but not yielded.
     pub fn skipped(&self) -> u64 {
-        self.not_ipv4 + self.not_udp + self.fragments + self.unparseable + self.unsupported_link
+        self.not_ipv4
+            + self.ipv6
+            + self.not_udp
+            + self.fragments
+            + self.truncated
+            + self.bad_udp_length
+            + self.unparseable
+            + self.unsupported_link
     }
 }
 
@@ -62,6 +80,22 @@ pub enum CaptureFormat {
     Pcap,
     /// pcapng.
     PcapNg,
+}
+
+/// The capture format whose magic number `prefix` starts with, if any.
+pub fn capture_format(prefix: &[u8]) -> Option<CaptureFormat> {
+    match prefix {
+        // 0xa1b2c3d4 (microseconds) and 0xa1b23c4d (nanoseconds), in
+        // either byte order.
+        [0xa1, 0xb2, 0xc3, 0xd4, ..]
+        | [0xd4, 0xc3, 0xb2, 0xa1, ..]
+        | [0xa1, 0xb2, 0x3c, 0x4d, ..]
+        | [0x4d, 0x3c, 0xb2, 0xa1, ..] => Some(CaptureFormat::Pcap),
+        // The section header block type, 0x0a0d0d0a, reads the same in
+        // both byte orders.
+        [0x0a, 0x0d, 0x0d, 0x0a, ..] => Some(CaptureFormat::PcapNg),
+        _ => None,
+    }
 }
 
 /// The link layers this reader can take apart.
@@ -194,13 +228,8 @@ impl<R: Read> CaptureReader<R> {
                 reason: format!("bad {what}: {other}"),
             },
         };
-        let inner = match magic {
-            // 0xa1b2c3d4 (microseconds) and 0xa1b23c4d (nanoseconds), in
-            // either byte order.
-            [0xa1, 0xb2, 0xc3, 0xd4]
-            | [0xd4, 0xc3, 0xb2, 0xa1]
-            | [0xa1, 0xb2, 0x3c, 0x4d]
-            | [0x4d, 0x3c, 0xb2, 0xa1] => {
+        let inner = match capture_format(&magic) {
+            Some(CaptureFormat::Pcap) => {
                 let reader = PcapReader::new(replayed)
                     .map_err(|e| header_error(e, "24-byte pcap file header"))?;
                 let header = reader.header();
@@ -217,9 +246,7 @@ impl<R: Read> CaptureReader<R> {
                     nanos: header.ts_resolution == TsResolution::NanoSecond,
                 }
             }
-            // The section header block type, 0x0a0d0d0a, reads the same in
-            // both byte orders.
-            [0x0a, 0x0d, 0x0d, 0x0a] => {
+            Some(CaptureFormat::PcapNg) => {
                 let reader = PcapNgReader::new(replayed)
                     .map_err(|e| header_error(e, "pcapng section header block"))?;
                 Inner::PcapNg {
@@ -227,10 +254,10 @@ impl<R: Read> CaptureReader<R> {
                     interfaces: Vec::new(),
                 }
             }
-            other => {
+            None => {
                 return Err(CaptureError::NotACapture {
                     name,
-                    found: describe_magic(other),
+                    found: describe_magic(magic),
                 })
             }
         };
@@ -379,13 +406,30 @@ fn extract(
             return None;
         }
     };
-    let Ok(sliced) = sliced else {
-        stats.unparseable += 1;
-        return None;
+    let sliced = match sliced {
+        Ok(sliced) => sliced,
+        Err(SliceError::Len(e)) => {
+            match e.layer {
+                Layer::UdpHeader | Layer::UdpPayload => stats.bad_udp_length += 1,
+                _ => stats.truncated += 1,
+            }
+            return None;
+        }
+        Err(_) => {
+            stats.unparseable += 1;
+            return None;
+        }
     };
-    let Some(NetSlice::Ipv4(ip)) = &sliced.net else {
-        stats.not_ipv4 += 1;
-        return None;
+    let ip = match &sliced.net {
+        Some(NetSlice::Ipv4(ip)) => ip,
+        Some(NetSlice::Ipv6(_)) => {
+            stats.ipv6 += 1;
+            return None;
+        }
+        _ => {
+            stats.not_ipv4 += 1;
+            return None;
+        }
     };
     if ip.is_payload_fragmented() {
         stats.fragments += 1;
@@ -395,6 +439,13 @@ fn extract(
         stats.not_udp += 1;
         return None;
     };
+    // etherparse takes a length of 0 to mean "the rest", and a length
+    // shorter than the IP payload as the end of the datagram; either way
+    // the datagram is not what its sender wrote.
+    if usize::from(udp.length()) != ip.payload().payload.len() {
+        stats.bad_udp_length += 1;
+        return None;
+    }
     let header = ip.header();
     payload.clear();
     payload.extend_from_slice(udp.payload());

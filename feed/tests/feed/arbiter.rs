@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 
 use allocation_counter::measure;
 use mdbus_feed::arbiter::{
-    Arbiter, ArbiterConfig, ArbiterConfigError, ArbiterCounters, ArbiterSink, Line, JUMP_CONFIRM,
-    REQUESTS_IN_FLIGHT, REQUEST_BURST,
+    Arbiter, ArbiterConfig, ArbiterConfigError, ArbiterCounters, ArbiterSink, Line,
+    MalformedCounters, MAX_SEQUENCE, REQUESTS_IN_FLIGHT, REQUEST_BURST,
 };
 use mdbus_feed::moldudp64::{self, PacketBuilder, Request, Session};
 use proptest::prelude::*;
@@ -506,20 +506,54 @@ fn the_reorder_ring_reuses_space_as_packets_are_delivered() {
     assert_eq!(c.recovered, 5 * 1_000);
 }
 
-#[test]
-fn a_session_change_mid_stream_ends_the_old_session_and_follows_the_new() {
-    let mut arb = Arbiter::new(ArbiterConfig {
+/// Settings under which changes are confirmed by 4 packets after 100 ns
+/// of silence.
+fn confirming() -> ArbiterConfig {
+    ArbiterConfig {
         gap_wait_ns: u64::MAX / 2,
+        confirm_packets: 4,
+        confirm_quiet_ns: 100,
         ..config()
-    });
+    }
+}
+
+#[test]
+fn another_session_is_followed_only_once_confirmed_on_both_lines_while_the_old_is_silent() {
+    let mut arb = Arbiter::new(confirming());
     let mut out = Recorder::default();
     let s2 = session("SESSION02");
     arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
-    arb.on_packet(Line::A, &packet(5, 1), 1, &mut out); // 3, 4 missing
-    arb.on_packet(Line::A, &packet_of(s2, 1, 2), 2, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::A, &packet(5, 1), 2, &mut out); // 3, 4 missing
+                                                        // One 20-byte heartbeat of another session changes nothing.
+    arb.on_packet(Line::A, &moldudp64::heartbeat(s2, 1), 3, &mut out);
+    assert_eq!(arb.session(), Some(s1()));
+    // A run of it on both lines, but the old session spoke 2 ns ago.
+    for (i, line) in [Line::A, Line::B, Line::A, Line::B].into_iter().enumerate() {
+        arb.on_packet(
+            line,
+            &packet_of(s2, 1 + i as u64 / 2, 1),
+            4 + i as u64,
+            &mut out,
+        );
+    }
+    assert_eq!(arb.session(), Some(s1()));
+    // The old session goes on: the evidence starts over.
+    arb.on_packet(Line::A, &packet(6, 1), 8, &mut out);
+    // Silence, then a run on both lines confirms the new session.
+    for (i, line) in [Line::A, Line::B, Line::A, Line::B].into_iter().enumerate() {
+        arb.on_packet(
+            line,
+            &packet_of(s2, 3 + i as u64 / 2, 1),
+            500 + i as u64,
+            &mut out,
+        );
+    }
+    assert_eq!(arb.session(), Some(s2));
+    // What came before the confirming packet is a gap, filled as usual.
+    arb.on_packet(Line::A, &packet_of(s2, 1, 3), 504, &mut out);
     // A straggler of the old session is not a change back.
-    arb.on_packet(Line::B, &packet(3, 3), 3, &mut out);
-    arb.on_packet(Line::B, &packet_of(s2, 2, 2), 4, &mut out);
+    arb.on_packet(Line::B, &packet(3, 3), 505, &mut out);
     assert_eq!(
         out.events,
         [
@@ -527,16 +561,72 @@ fn a_session_change_mid_stream_ends_the_old_session_and_follows_the_new() {
             Event::Message(2, Line::A),
             Event::Unrecoverable(3, 2),
             Event::Message(5, Line::A),
+            Event::Message(6, Line::A),
             Event::SessionChanged(s1(), s2),
             Event::Message(1, Line::A),
             Event::Message(2, Line::A),
-            Event::Message(3, Line::B),
+            Event::Message(3, Line::A),
+            Event::Message(4, Line::B),
         ]
     );
-    assert_eq!(arb.session(), Some(s2));
     let c = arb.counters();
-    assert_eq!((c.session_changes, c.other_session), (1, 1));
+    assert_eq!((c.session_changes, c.other_session), (1, 1 + 4 + 3 + 1));
     assert_eq!((arb.stored_packets(), arb.open_gaps()), (0, 0));
+}
+
+#[test]
+fn another_session_on_one_line_only_is_never_followed() {
+    let mut arb = Arbiter::new(confirming());
+    let mut out = Recorder::default();
+    let s2 = session("SESSION02");
+    arb.on_packet(Line::A, &packet(1, 1), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 1), 1, &mut out);
+    for i in 0..1000 {
+        arb.on_packet(Line::A, &packet_of(s2, 1 + i, 1), 1000 + i, &mut out);
+    }
+    assert_eq!(arb.session(), Some(s1()));
+    assert_eq!(arb.counters().other_session, 1000);
+    arb.on_packet(Line::B, &packet(2, 1), 3000, &mut out);
+    assert_eq!(out.sequences(), [1, 2]);
+}
+
+#[test]
+fn after_its_end_another_session_is_followed_at_once() {
+    let mut arb = Arbiter::new(confirming());
+    let mut out = Recorder::default();
+    let s2 = session("SESSION02");
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 3), 1, &mut out);
+    arb.on_packet(Line::A, &packet_of(s2, 1, 1), 2, &mut out);
+    assert_eq!(
+        out.events,
+        [
+            Event::Message(1, Line::A),
+            Event::Message(2, Line::A),
+            Event::EndOfSession,
+            Event::SessionChanged(s1(), s2),
+            Event::Message(1, Line::A),
+        ]
+    );
+}
+
+#[test]
+fn one_end_of_session_on_one_line_does_not_end_a_two_line_session() {
+    let mut arb = Arbiter::new(config());
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::B, &moldudp64::end_of_session(s1(), 3), 2, &mut out);
+    arb.on_packet(Line::A, &packet(3, 2), 3, &mut out);
+    arb.on_packet(Line::B, &packet(3, 2), 4, &mut out);
+    assert!(!arb.is_ended());
+    assert_eq!(out.sequences(), [1, 2, 3, 4]);
+    assert_eq!(arb.counters().unconfirmed_ends, 1);
+    // The genuine end, on both lines.
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 5), 5, &mut out);
+    arb.on_packet(Line::B, &moldudp64::end_of_session(s1(), 5), 6, &mut out);
+    assert!(arb.is_ended());
+    assert_eq!(out.events.last(), Some(&Event::EndOfSession));
 }
 
 #[test]
@@ -627,39 +717,156 @@ fn sequence_numbers_that_jump_backwards_are_counted_and_dropped() {
 }
 
 #[test]
-fn a_single_packet_far_ahead_is_suspect_and_a_jump_the_feed_keeps_to_stands() {
+fn an_end_of_session_one_line_lost_is_believed_after_silence_or_at_the_end_of_input() {
+    let config = ArbiterConfig {
+        confirm_quiet_ns: 100,
+        ..config()
+    };
+    let mut arb = Arbiter::new(config.clone());
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 3), 2, &mut out);
+    assert!(!arb.is_ended());
+    // The timer for it is due when the session has been silent long
+    // enough: since its last new message, at 0 (B's copy brought none).
+    assert_eq!(arb.next_deadline(), Some(100));
+    arb.on_timer(99, &mut out);
+    assert!(!arb.is_ended());
+    arb.on_timer(100, &mut out);
+    assert!(arb.is_ended());
+    assert_eq!(out.events.last(), Some(&Event::EndOfSession));
+
+    // A file ends right after it: finish() believes it.
+    let mut arb = Arbiter::new(config);
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &packet(1, 2), 0, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::A, &moldudp64::end_of_session(s1(), 3), 2, &mut out);
+    arb.finish(&mut out);
+    assert!(arb.is_ended());
+    assert_eq!(arb.counters().unconfirmed_ends, 1);
+}
+
+#[test]
+fn forged_packets_far_ahead_never_displace_the_genuine_sequence() {
     let mut arb = Arbiter::new(ArbiterConfig {
         max_jump: 1000,
-        ..config()
+        ..confirming()
+    });
+    let mut out = Recorder::default();
+    let mut now = 0;
+    let mut forged = 1u64 << 63;
+    for first in (1..=500).step_by(5) {
+        for line in [Line::A, Line::B] {
+            arb.on_packet(line, &packet(first, 5), now, &mut out);
+            now += 1;
+        }
+        // Far-ahead runs on both lines, heartbeats and ends of session
+        // among them.
+        for _ in 0..20 {
+            for line in [Line::A, Line::B] {
+                arb.on_packet(line, &packet(forged, 1), now, &mut out);
+                arb.on_packet(line, &moldudp64::heartbeat(s1(), forged + 1), now, &mut out);
+                arb.on_packet(
+                    line,
+                    &moldudp64::end_of_session(s1(), forged + 1),
+                    now,
+                    &mut out,
+                );
+                now += 1;
+            }
+            forged += 1;
+        }
+    }
+    assert_eq!(out.sequences(), (1..=500).collect::<Vec<_>>());
+    assert!(out.requests.is_empty());
+    let c = arb.counters();
+    assert_eq!(c.suspect_jumps, 100 * 20 * 2 * 3);
+    assert_eq!((c.jumps, c.gaps, c.unrecoverable), (0, 0, 0));
+    assert!(!arb.is_ended());
+}
+
+#[test]
+fn a_jump_the_feed_keeps_to_stands_once_the_genuine_sequence_stops() {
+    let mut arb = Arbiter::new(ArbiterConfig {
+        max_jump: 1000,
+        gap_wait_ns: 0,
+        confirm_packets: 8,
+        ..confirming()
     });
     let mut out = Recorder::default();
     arb.on_packet(Line::A, &packet(1, 5), 0, &mut out);
-    // A damaged heartbeat and a damaged data packet, far ahead.
-    arb.on_packet(
-        Line::A,
-        &moldudp64::heartbeat(s1(), u64::MAX / 2),
-        1,
-        &mut out,
-    );
-    arb.on_packet(Line::B, &packet(1_000_000, 1), 2, &mut out);
-    // The feed goes on: neither opened a gap.
-    arb.on_packet(Line::A, &packet(6, 5), 3, &mut out);
-    assert_eq!(out.sequences(), (1..=10).collect::<Vec<_>>());
-    assert!(out.requests.is_empty());
-    let c = arb.counters();
-    assert_eq!(c.suspect_jumps, 2);
-    assert_eq!((c.gaps, c.unrecoverable), (0, 0));
-    // A jump the feed keeps to: from 5000 on, packet after packet. The
-    // JUMP_CONFIRM-th in a row is believed and the gap before it requested.
-    let confirm = u64::from(JUMP_CONFIRM);
-    for i in 0..confirm {
-        arb.on_packet(Line::A, &packet(5_000 + i, 1), 10 + i, &mut out);
+    arb.on_packet(Line::B, &packet(1, 5), 1, &mut out);
+    arb.on_packet(Line::A, &packet(6, 5), 2, &mut out);
+    arb.on_packet(Line::B, &packet(6, 5), 3, &mut out);
+    // The feed goes on from 5000, on both lines, and never comes back.
+    for i in 0..4 {
+        arb.on_packet(Line::A, &packet(5_000 + i, 1), 1_000 + i, &mut out);
+        arb.on_packet(Line::B, &packet(5_000 + i, 1), 1_000 + i, &mut out);
     }
     let c = arb.counters();
-    assert_eq!(c.suspect_jumps, 2 + confirm - 1);
-    assert_eq!(c.gaps, 1);
-    assert_eq!(out.requests.first().map(|r| r.sequence), Some(11));
-    assert_eq!(arb.stored_packets(), 1);
+    assert_eq!((c.suspect_jumps, c.jumps), (7, 1));
+    assert!(out.events.contains(&Event::Unrecoverable(11, 5_000 - 11)));
+    // The run's own earlier packets are an ordinary gap, requested.
+    assert_eq!(out.take_requests(), [(5_000, 3)]);
+    arb.on_packet(Line::Recovery, &packet(5_000, 3), 1_010, &mut out);
+    let want: Vec<u64> = (1..=10).chain(5_000..5_004).collect();
+    assert_eq!(out.sequences(), want);
+}
+
+#[test]
+fn a_random_flood_publishes_nothing_twice_and_nothing_forged() {
+    // 100,000 random datagrams among a 3,000-message A/B day: random
+    // bytes, and well-formed packets of random sessions (the genuine one
+    // included) at random sequence numbers.
+    let mut arb = Arbiter::new(confirming());
+    let mut out = Recorder::default();
+    let mut rng = Rng(7);
+    let names = [s1(), session("SESSION02"), session("X"), session("")];
+    let mut now = 0;
+    let mut flood = 0;
+    for first in (1..=3_000).step_by(3) {
+        for line in [Line::A, Line::B] {
+            arb.on_packet(line, &packet(first, 3), now, &mut out);
+            now += 1;
+        }
+        for _ in 0..100 {
+            let line = [Line::A, Line::B, Line::Recovery][(rng.next() % 3) as usize];
+            let d = if rng.next() % 2 == 0 {
+                let len = (rng.next() % 80) as usize;
+                (0..len).map(|_| rng.next() as u8).collect()
+            } else {
+                let name = names[(rng.next() % 4) as usize];
+                let seq = match rng.next() % 3 {
+                    0 => rng.next(),
+                    1 => (1 << 63) | (rng.next() % 1_000),
+                    _ => u64::MAX - rng.next() % 1_000,
+                };
+                let seq = if name == s1() {
+                    seq
+                } else {
+                    rng.next() % 10_000
+                };
+                match rng.next() % 3 {
+                    0 => moldudp64::heartbeat(name, seq).to_vec(),
+                    1 => moldudp64::end_of_session(name, seq).to_vec(),
+                    _ => packet_of(name, seq.min(u64::MAX - 3), 1 + rng.next() % 3),
+                }
+            };
+            arb.on_packet(line, &d, now, &mut out);
+            flood += 1;
+        }
+    }
+    assert_eq!(flood, 100_000);
+    assert_eq!(out.sequences(), (1..=3_000).collect::<Vec<_>>());
+    assert!(out
+        .events
+        .iter()
+        .all(|e| matches!(e, Event::Message(_, Line::A | Line::B))));
+    let c = arb.counters();
+    assert_eq!((c.session_changes, c.jumps, c.unrecoverable), (0, 0, 0));
+    assert!(c.other_session > 0 && c.suspect_jumps > 0 && c.malformed > 0);
 }
 
 #[test]
@@ -676,6 +883,9 @@ fn malformed_packets_are_counted_and_change_nothing() {
     sequence_zero[10..18].copy_from_slice(&0u64.to_be_bytes());
     let mut overflowing = packet(1, 3);
     overflowing[10..18].copy_from_slice(&(u64::MAX - 1).to_be_bytes());
+    // Ends just past MAX_SEQUENCE: no arithmetic on it could be trusted.
+    let mut at_the_top = packet(1, 3);
+    at_the_top[10..18].copy_from_slice(&(MAX_SEQUENCE - 1).to_be_bytes());
     let bad: Vec<Vec<u8>> = vec![
         vec![],
         good[..19].to_vec(),
@@ -685,12 +895,23 @@ fn malformed_packets_are_counted_and_change_nothing() {
         [good.clone(), vec![0]].concat(),
         sequence_zero,
         overflowing,
+        at_the_top,
     ];
     for (i, b) in bad.iter().enumerate() {
         arb.on_packet(Line::B, b, 1 + i as u64, &mut out);
     }
     let c = *arb.counters();
     assert_eq!(c.malformed, bad.len() as u64);
+    assert_eq!(
+        c.malformed_by,
+        MalformedCounters {
+            short_header: 2,
+            count_mismatch: 2,
+            bad_block_length: 2,
+            sequence_zero: 1,
+            sequence_overflow: 2,
+        }
+    );
     assert_eq!((c.messages, c.gaps, c.requests_sent), (2, 0, 0));
     assert_eq!(arb.expected_sequence(), 3);
     arb.on_packet(Line::A, &good, 100, &mut out);
@@ -710,13 +931,60 @@ fn late_join_starts_at_the_first_sequence_seen() {
     assert_eq!(out.sequences(), [1_000, 1_001, 1_002]);
     assert!(out.requests.is_empty());
     assert_eq!(arb.counters().gaps, 0);
-    // A heartbeat can start it too.
+    // A heartbeat can start it too; a far-ahead packet after it is
+    // suspect.
     let mut arb = Arbiter::new(ArbiterConfig {
         start_sequence: None,
         ..config()
     });
+    let mut out = Recorder::default();
     arb.on_packet(Line::A, &moldudp64::heartbeat(s1(), 50), 0, &mut out);
     assert_eq!(arb.expected_sequence(), 50);
+    arb.on_packet(Line::A, &packet(1 << 40, 1), 1, &mut out);
+    arb.on_packet(Line::A, &packet(50, 3), 2, &mut out);
+    assert_eq!(out.sequences(), [50, 51, 52]);
+    assert_eq!(arb.counters().suspect_jumps, 1);
+}
+
+#[test]
+fn a_garbage_heartbeat_first_gives_way_to_the_first_session_with_messages() {
+    let mut arb = Arbiter::new(config());
+    let mut out = Recorder::default();
+    let garbage = session("GARBAGE");
+    arb.on_packet(
+        Line::A,
+        &moldudp64::heartbeat(garbage, 1 << 40),
+        0,
+        &mut out,
+    );
+    assert_eq!(arb.session(), None, "not locked by a heartbeat");
+    arb.on_packet(Line::A, &packet(1, 2), 1, &mut out);
+    arb.on_packet(Line::B, &packet(1, 2), 2, &mut out);
+    assert_eq!(arb.session(), Some(s1()));
+    // Now locked: garbage of any session with messages is dropped.
+    arb.on_packet(Line::A, &packet_of(garbage, 3, 1), 3, &mut out);
+    arb.on_packet(Line::A, &packet(3, 1), 4, &mut out);
+    assert_eq!(
+        out.events,
+        [
+            Event::Message(1, Line::A),
+            Event::Message(2, Line::A),
+            Event::Message(3, Line::A),
+        ]
+    );
+    assert_eq!(arb.counters().other_session, 1);
+
+    // Joining late, the session that replaces it starts where it is met.
+    let mut arb = Arbiter::new(ArbiterConfig {
+        start_sequence: None,
+        ..config()
+    });
+    let mut out = Recorder::default();
+    arb.on_packet(Line::A, &moldudp64::heartbeat(garbage, 7), 0, &mut out);
+    arb.on_packet(Line::A, &packet(1_000, 2), 1, &mut out);
+    arb.on_packet(Line::B, &packet(1_000, 2), 2, &mut out);
+    assert_eq!(out.sequences(), [1_000, 1_001]);
+    assert_eq!((arb.counters().gaps, arb.counters().unrecoverable), (0, 0));
 }
 
 #[test]
@@ -913,8 +1181,9 @@ fn simulate(sc: &Scenario) -> Outcome {
     };
     let mut a = line(sc.drop_a, &mut rng);
     let mut b = line(sc.drop_b, &mut rng);
-    // The end of session always gets through on A.
+    // The end of session always gets through, on both lines.
     a.push_back(moldudp64::end_of_session(s1(), end).to_vec());
+    b.push_back(moldudp64::end_of_session(s1(), end).to_vec());
 
     let mut arb = Arbiter::new(ArbiterConfig {
         max_reorder_packets: sc.max_reorder_packets,

@@ -190,10 +190,11 @@ use std::path::PathBuf;
 /// A fuzz target: panics when a property breaks.
 type Target = fn(&[u8]);
 
-const FUZZ_TARGETS: [(&str, Target); 3] = [
+const FUZZ_TARGETS: [(&str, Target); 4] = [
     ("moldudp64", targets::moldudp64),
     ("itch", targets::itch),
     ("arbiter", targets::arbiter),
+    ("arbiter_attack", targets::arbiter_attack),
 ];
 
 fn seed_dir(target: &str) -> PathBuf {
@@ -248,8 +249,16 @@ fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Inputs per target: 3,000, or `MDBUS_FUZZ_CASES` for a longer run.
+fn fuzz_cases() -> u32 {
+    std::env::var("MDBUS_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
 
     #[test]
     fn fuzz_target_moldudp64(input in fuzz_input("moldudp64")) {
@@ -264,6 +273,11 @@ proptest! {
     #[test]
     fn fuzz_target_arbiter(input in fuzz_input("arbiter")) {
         targets::arbiter(&input);
+    }
+
+    #[test]
+    fn fuzz_target_arbiter_attack(input in fuzz_input("arbiter_attack")) {
+        targets::arbiter_attack(&input);
     }
 }
 
@@ -394,4 +408,28 @@ fn write_fuzz_seed_corpus() {
     ]
     .concat();
     write("arbiter", "malformed", &malformed);
+
+    // The attack target: header (bit 0 max_jump, bit 1 session
+    // configured, bit 2 start from 1, bits 3-4 confirm_packets), genuine
+    // packets, other session, far-ahead point; then ops (odd: an attack,
+    // (op >> 1) % 9 its kind).
+    let flood = |kind: u8, n: usize| {
+        let mut v = vec![0x18u8, 40, 0, 0];
+        for _ in 0..n {
+            v.extend_from_slice(&[(kind << 1) | 1, 2, 7, 9, 11, 0]);
+        }
+        v
+    };
+    write("arbiter_attack", "other-session-run", &flood(0, 200));
+    write("arbiter_attack", "far-ahead-run-2-63", &flood(2, 200));
+    write(
+        "arbiter_attack",
+        "garbage-and-malformed",
+        &[flood(6, 40), flood(7, 40)].concat(),
+    );
+    write(
+        "arbiter_attack",
+        "replays-and-overflow",
+        &[flood(8, 40), flood(5, 40)].concat(),
+    );
 }

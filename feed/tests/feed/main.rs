@@ -7,6 +7,7 @@ mod arbiter;
 mod binaryfile;
 mod common;
 mod fuzz;
+mod hostile;
 mod itch;
 mod itchy_crosscheck;
 mod mdcap;

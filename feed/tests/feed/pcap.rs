@@ -24,7 +24,7 @@ const SERVER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 40_00
 /// 2024-01-02 14:30:00.123456789 UTC.
 const T0: u64 = 1_704_205_800_123_456_789;
 
-fn udp_frame(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+pub fn udp_frame(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::new();
     PacketBuilder::ethernet2([2, 0, 0, 0, 0, 9], [1, 0, 0x5e, 0, 0, 1])
         .ipv4(src.ip().octets(), dst.ip().octets(), 32)
@@ -216,17 +216,18 @@ fn pcapng_with_several_interfaces_and_skipped_packets() {
         CaptureStats {
             packets: 9,
             datagrams: 4,
-            not_ipv4: 1,
+            ipv6: 1,
             not_udp: 1,
             fragments: 1,
-            unparseable: 1,
+            truncated: 1,
             unsupported_link: 1,
+            ..CaptureStats::default()
         }
     );
     assert_eq!(r.stats().skipped(), 5);
 }
 
-fn classic_pcap(datalink: DataLink, frames: &[Vec<u8>]) -> Vec<u8> {
+pub fn classic_pcap(datalink: DataLink, frames: &[Vec<u8>]) -> Vec<u8> {
     let header = PcapHeader {
         datalink,
         ts_resolution: TsResolution::MicroSecond,
@@ -290,7 +291,7 @@ fn snapshot_length_shorter_than_the_packet() {
     let bytes = w.into_writer();
     let mut r = CaptureReader::new("snap.pcap", &bytes[..]).unwrap();
     assert!(r.next_datagram().unwrap().is_none());
-    assert_eq!(r.stats().unparseable, 1);
+    assert_eq!(r.stats().truncated, 1);
 }
 
 #[test]
