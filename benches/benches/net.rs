@@ -34,8 +34,6 @@
 //! the child, this binary again started with `MDBUS_BENCH_ROLE`, is pong or
 //! the sender. Round trips are timed with `Instant::now()` around the send
 //! and the matching receive and recorded into an HdrHistogram.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::io::{ErrorKind, Read, Write};
 use std::mem::{size_of, zeroed};

@@ -29,8 +29,6 @@
 //! HdrHistogram; the cost of the clock itself is measured and printed.
 //! The child process is pong; it is this binary again, started with
 //! `MDBUS_BENCH_ROLE`.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::fmt::Debug;
 use std::io::Write;

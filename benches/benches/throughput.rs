@@ -21,8 +21,6 @@
 //!
 //! The subscriber (the parent process) times from its first message to its
 //! last; the publisher (the child) times its own send loop and reports it.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::cell::UnsafeCell;
 use std::io::Write;

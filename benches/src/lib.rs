@@ -5,8 +5,6 @@
 //! parent re-executes its own binary with [`ROLE_ENV`] naming the role the
 //! child plays; the child is killed if the parent dies, and the parent's
 //! spin loops stop with an error if the child dies or stops making progress.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 use std::ffi::CStr;
 use std::fmt;

@@ -75,6 +75,7 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
+    /// `simulate`, or none for the relay itself.
     #[command(subcommand)]
     pub command: Option<Command>,
 }

@@ -45,6 +45,7 @@ pub struct RunArgs {
     /// ITCH 5.0 BinaryFILE (recognised by content).
     pub input: PathBuf,
 
+    /// The bus: transport, stream and placement.
     #[command(flatten)]
     pub bus: BusOptions,
 

@@ -39,6 +39,7 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Options of the hidden `subscribe` command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SubscribeArgs {
+    /// The bus: transport, stream and placement.
     #[command(flatten)]
     pub bus: BusOptions,
 

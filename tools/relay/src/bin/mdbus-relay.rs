@@ -7,7 +7,6 @@
 //! mdbus-relay --config config/relay.toml
 //! mdbus-relay simulate --drop-b 0.02
 //! ```
-#![deny(unsafe_op_in_unsafe_fn)]
 
 fn main() -> std::process::ExitCode {
     mdbus_relay::cli::main()

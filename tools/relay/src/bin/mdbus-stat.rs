@@ -6,7 +6,6 @@
 //! mdbus-stat /dev/shm/feed.counters --interval 5s
 //! mdbus-stat --once --json
 //! ```
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
