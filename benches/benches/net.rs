@@ -46,8 +46,8 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
     bench_err, child_init, child_role, clock_cost, emit_json, env_u64, free_port,
-    latency_histogram, nanos, note_smoke, wait_for_go, DoneSignal, Peer, Percentiles, Result,
-    Settings, Watchdog,
+    latency_histogram, nanos, note_smoke, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
+    Percentiles, Result, Settings,
 };
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -349,7 +349,7 @@ fn ping(settings: &Settings, who: Who, size: usize) -> Result<Histogram<u64>> {
             listener.set_nonblocking(true)?;
             let mut peer = Peer::spawn_env(&who.child_role(), settings, None, &env)?;
             let sock = {
-                let mut dog = Watchdog::new(
+                let mut dog = watchdog(
                     Some(&mut peer),
                     settings.wait,
                     settings.stall,
@@ -383,7 +383,7 @@ fn ping_loop(
 ) -> Result<Histogram<u64>> {
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(Some(&mut peer), settings.wait, settings.stall, "ping");
+        let mut dog = watchdog(Some(&mut peer), settings.wait, settings.stall, "ping");
         loop {
             match side.try_receive()? {
                 Some(READY) => break,
@@ -421,7 +421,7 @@ fn ping_loop(
 }
 
 fn pong(settings: &Settings, side: &mut impl Side) -> Result<()> {
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {
@@ -991,7 +991,7 @@ fn raw_receive(
     let (mut received, mut ended, mut out_of_order, mut expect) = (0u64, false, 0u64, 0u64);
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -1082,7 +1082,7 @@ fn raw_send(settings: &Settings, port: u16, messages: u64) -> Result<()> {
     let mut end = [0u8; DGRAM_HEADER];
     end[..8].copy_from_slice(&END.to_le_bytes());
     let to = SocketAddrV4::new(GROUP, port);
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw sender");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw sender");
     while !done.is_done() {
         let _ = tx.send_to(&end, to);
         let pause = Instant::now();
@@ -1130,7 +1130,7 @@ fn mdbus_receive(
     let mut trouble = None;
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -1190,7 +1190,7 @@ fn mdbus_send(settings: &Settings, port: u16, messages: u64) -> Result<()> {
     let send_ns = nanos(t0.elapsed());
     // Answer retransmit requests until the receiver has everything (or
     // has given up on what is no longer retained).
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "mdbus sender");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "mdbus sender");
     while !done.is_done() {
         publisher.service()?;
         dog.idle()?;

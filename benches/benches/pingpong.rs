@@ -39,7 +39,8 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
     bench_err, child_init, child_role, clock_cost, latency_histogram, nanos, note_smoke,
-    selected_peers, Peer, Percentiles, Result, Settings, SharedRegion, SharedSafe, Watchdog,
+    selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings, SharedRegion,
+    SharedSafe,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -259,7 +260,7 @@ fn raw_ping(settings: &Settings) -> Result<Histogram<u64>> {
     let mut peer = Peer::spawn(&Transport::Raw.pong_role(), settings, Some(&region))?;
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -295,7 +296,7 @@ fn raw_ping(settings: &Settings) -> Result<Histogram<u64>> {
 fn raw_pong(settings: &Settings) -> Result<()> {
     let region = SharedRegion::inherited(LINES_LEN)?;
     let lines: &Lines = region.get();
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw pong");
     // Release pairs with ping's Acquire load of READY.
     lines.pong.store(READY, Ordering::Release);
     let mut last = 0;
@@ -419,7 +420,7 @@ fn iceoryx2_ping(settings: &Settings) -> Result<Histogram<u64>> {
     let mut peer = Peer::spawn(&Transport::Iceoryx2.pong_role(), settings, None)?;
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -461,7 +462,7 @@ fn iceoryx2_ping(settings: &Settings) -> Result<Histogram<u64>> {
 
 fn iceoryx2_pong(settings: &Settings) -> Result<()> {
     let mut side = iox::side(false)?;
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "iceoryx2 pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "iceoryx2 pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {
@@ -593,7 +594,7 @@ fn mdbus_ping(settings: &Settings, transport: Transport) -> Result<Histogram<u64
     };
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -641,7 +642,7 @@ fn mdbus_pong(settings: &Settings, transport: Transport) -> Result<()> {
     } else {
         md::Side::Session(bus.session_connect(md::SESSION)?)
     };
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "mdbus pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "mdbus pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {

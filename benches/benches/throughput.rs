@@ -30,8 +30,8 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
 use mdbus_benches::{
-    bench_err, child_init, child_role, nanos, note_smoke, selected_peers, wait_for_go, Peer,
-    Result, Settings, SharedRegion, SharedSafe, Watchdog,
+    bench_err, child_init, child_role, nanos, note_smoke, selected_peers, wait_for_go, watchdog,
+    Peer, PeerExt, Result, Settings, SharedRegion, SharedSafe,
 };
 
 /// Message size in bytes.
@@ -258,7 +258,7 @@ fn raw_subscribe(settings: &Settings) -> Result<Measured> {
     let mut first = None;
     let mut out_of_order = 0u64;
     {
-        let mut dog = Watchdog::new(Some(&mut peer), settings.wait, settings.stall, "raw SPSC");
+        let mut dog = watchdog(Some(&mut peer), settings.wait, settings.stall, "raw SPSC");
         while next < count {
             if next == tail {
                 // Acquire pairs with the producer's Release store of `tail`:
@@ -304,7 +304,7 @@ fn raw_publish(settings: &Settings) -> Result<(u64, u64)> {
     let region = SharedRegion::inherited(SPSC_LEN)?;
     let ring: &Spsc = region.get();
     wait_for_go()?;
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw SPSC publisher");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw SPSC publisher");
     let mut head = 0u64;
     let t0 = Instant::now();
     for i in 0..settings.iters {
@@ -362,7 +362,7 @@ fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
     let mut ended = false;
     let mut trouble = None;
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,

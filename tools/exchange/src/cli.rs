@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::SynthConfig;
+use mdbus_tool_support::duration::parse as parse_duration;
 
 use super::{Exchange, ExchangeConfig, ExchangeCounters};
 
@@ -100,37 +101,6 @@ fn parse_session(s: &str) -> Result<Session, String> {
     Session::new(s).map_err(|e| format!("not a MoldUDP64 session name: {e}"))
 }
 
-/// Parses a duration: a number and a unit (`ns`, `us`, `ms`, `s`, `m`,
-/// `h`), or a bare number of seconds. `1.5s`, `250ms`, `10`.
-///
-/// # Errors
-/// Not a non-negative number followed by one of those units.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 10s, 250ms or 2m"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        "ns" => 1e-9,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "{s:?}: unknown unit {other:?}; use ns, us, ms, s, m or h"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(value * seconds)
-        .map_err(|_| format!("{s:?} is not a duration this program can wait"))
-}
-
 /// Runs the simulator until the session is over (and `--linger` has
 /// passed), `--duration` has passed, or SIGINT/SIGTERM; prints a one-line
 /// summary. Exit status 0, or 1 when it cannot start.
@@ -202,25 +172,4 @@ pub(crate) fn summary(session: Session, c: &ExchangeCounters, elapsed: Duration)
         c.requests_ignored,
         c.messages_resent,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("40us"), Ok(Duration::from_micros(40)));
-        assert_eq!(
-            parse_duration("10 parsecs").unwrap_err(),
-            "\"10 parsecs\": unknown unit \"parsecs\"; use ns, us, ms, s, m or h"
-        );
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 }

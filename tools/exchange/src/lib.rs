@@ -39,7 +39,7 @@ use mdbus_feed::moldudp64::{Session, BLOCK_PREFIX_LEN, HEADER_LEN};
 use mdbus_feed::synth::{SynthConfig, SynthError};
 use socket2::{Domain, Protocol, Socket, Type};
 
-pub use cli::{parse_duration, run_simulate, SimulateArgs};
+pub use cli::{run_simulate, SimulateArgs};
 
 use day::Day;
 

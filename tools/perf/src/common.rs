@@ -3,12 +3,14 @@
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mdbus::affinity::{self, Device, Placement};
 use mdbus::wait::WaitStrategy;
 use mdbus::TransportKind;
+use mdbus_tool_support::process::{Peer, PeerError};
+use mdbus_tool_support::signals;
+use mdbus_tool_support::watchdog::{Watchdog, WatchdogError};
 
 /// Options of every command.
 #[derive(Debug, Clone, clap::Args)]
@@ -287,111 +289,40 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-/// Detects a dead peer or a stalled run from inside a spin loop.
-///
-/// [`Watchdog::idle`] is called once per empty poll: it waits per the
-/// strategy and, every 2^14 calls, checks the peer process (when this
-/// process started it) and the time since the last [`Watchdog::progress`].
-pub struct Watchdog<'a> {
-    peer: Option<&'a mut crate::peer::Peer>,
-    wait: WaitStrategy,
-    idle: u64,
-    since: std::time::Instant,
-    stall: Duration,
+impl From<PeerError> for Failure {
+    fn from(e: PeerError) -> Self {
+        Failure::Run(e.to_string())
+    }
+}
+
+impl From<WatchdogError> for Failure {
+    fn from(e: WatchdogError) -> Self {
+        Failure::Run(e.to_string())
+    }
+}
+
+/// A watchdog over a spin loop during `what`: the peer (if this process
+/// started it), a stall longer than `--timeout`, Ctrl-C and SIGTERM.
+pub fn watchdog<'a>(
+    peer: Option<&'a mut Peer>,
+    common: &Common,
     what: &'static str,
-}
-
-impl<'a> Watchdog<'a> {
-    const CHECK_EVERY: u64 = 1 << 14;
-
-    /// Watches `peer` (if this process started it) during `what`.
-    pub fn new(
-        peer: Option<&'a mut crate::peer::Peer>,
-        common: &Common,
-        what: &'static str,
-    ) -> Self {
-        Watchdog {
-            peer,
-            wait: common.wait,
-            idle: 0,
-            since: std::time::Instant::now(),
-            stall: common.timeout(),
-            what,
-        }
-    }
-
-    /// One empty poll.
-    #[inline(always)]
-    pub fn idle(&mut self) -> Result<(), Failure> {
-        use mdbus::wait::Wait;
-        self.wait.wait();
-        self.idle += 1;
-        if self.idle % Self::CHECK_EVERY == 0 {
-            self.check()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// The run moved forward.
-    #[inline(always)]
-    pub fn progress(&mut self) {
-        self.idle = 0;
-    }
-
-    #[cold]
-    fn check(&mut self) -> Result<(), Failure> {
-        interrupted()?;
-        if let Some(peer) = &mut self.peer {
-            peer.check_alive()?;
-        }
-        if self.idle == Self::CHECK_EVERY {
-            // First check since the last progress: the stall starts here.
-            self.since = std::time::Instant::now();
-        } else if self.since.elapsed() > self.stall {
-            return Err(Failure::Run(format!(
-                "no progress for {} s while {}; the peer is stuck or gone (--timeout)",
-                self.stall.as_secs(),
-                self.what
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Set by the SIGINT/SIGTERM handler that [`catch_interrupts`] installs.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe. Relaxed: the flag carries no
-    // data, and the loops that read it only need to see it eventually.
-    INTERRUPTED.store(true, Ordering::Relaxed);
+) -> Watchdog<'a> {
+    Watchdog::new(peer, common.wait, common.timeout(), what)
+        .hint("--timeout")
+        .on_signals()
 }
 
 /// Turns Ctrl-C and SIGTERM into an error from the next [`Watchdog`] check
 /// or [`interrupted`] call, so the run unwinds and cleans up what it set
 /// up (network namespaces) instead of dying on the spot.
 pub fn catch_interrupts() -> Result<(), Failure> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `on_interrupt` is an `extern "C" fn(c_int)` that only
-        // stores to an atomic, which is async-signal-safe; `signal` is a
-        // valid signal number.
-        let previous =
-            unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
-        if previous == libc::SIG_ERR {
-            return Err(Failure::Run(format!(
-                "cannot catch signal {signal}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-    }
-    Ok(())
+    signals::install().map_err(|e| Failure::Run(format!("cannot catch SIGINT and SIGTERM: {e}")))
 }
 
 /// Fails once Ctrl-C or SIGTERM arrived (after [`catch_interrupts`]).
 pub fn interrupted() -> Result<(), Failure> {
-    // Relaxed: see `on_interrupt`.
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if signals::requested() {
         Err(Failure::Run("interrupted".into()))
     } else {
         Ok(())

@@ -27,11 +27,13 @@ use mdbus::metrics::Latency;
 use mdbus::{Bus, Event, TransportKind};
 use serde::Serialize;
 
-use crate::common::{pin, Common, Failure, Watchdog};
+use mdbus_tool_support::output::print_json;
+use mdbus_tool_support::percentiles::{nanos, per_sec, Percentiles};
+
+use crate::common::{pin, watchdog, Common, Failure};
+use crate::flow::{due_ns, pace, serve};
 use crate::netns::{LossBy, Topology};
-use crate::peer::{die_with_parent, wait_for_go, DoneSignal, Peer};
-use crate::report::{nanos, per_sec, print_json, Percentiles};
-use crate::throughput::{due_ns, pace, serve};
+use crate::peer::{self, die_with_parent, explain, wait_for_go, DoneSignal, Peer};
 
 /// Messages between two calls of the publisher's `service` when it
 /// publishes flat out (`--rate 0`).
@@ -47,6 +49,7 @@ const LATENCY_MAX_NS: u64 = 60_000_000_000;
            multicast with loss recovery: the publisher on --device or --interface, the \
            subscriber on --recv-device or --recv-interface)")))]
 pub struct Args {
+    /// The options every command shares.
     #[command(flatten)]
     pub common: Common,
 
@@ -104,7 +107,7 @@ fn parse_loss(text: &str) -> Result<f64, String> {
 
 /// The two sides.
 /// Which side a process plays: the same two as for throughput.
-pub use crate::throughput::Role;
+pub use crate::flow::Role;
 
 impl Args {
     /// The side this process plays when --role names one.
@@ -215,7 +218,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             }
             let bus = bus(&args, &name)?;
             let netns = topology.as_ref().map(|(t, ..)| t.host(0));
-            let mut peer = Peer::spawn_in(
+            let mut peer = peer::spawn_in(
                 netns.as_deref(),
                 "mcast",
                 "pub",
@@ -231,7 +234,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 Some(&mut peer),
                 topology.as_ref().map(|(t, pct, by)| (t, *pct, *by)),
             )
-            .map_err(|e| peer.explain(e))?;
+            .map_err(|e| explain(&mut peer, e))?;
             peer.finish()?;
             print(&args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
@@ -331,7 +334,7 @@ fn subscribe(
     let mut first = None;
     let mut last = None;
     {
-        let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for messages");
+        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
         while end.is_none() && !reached {
             let n = subscriber.poll(|e| match e {
                 Event::Message(m) => {

@@ -18,9 +18,12 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Bus, Event, Session, TransportKind};
 use serde::Serialize;
 
-use crate::common::{pin, Common, Failure, Watchdog};
-use crate::peer::{die_with_parent, Peer};
-use crate::report::{latency_histogram, nanos, print_json, Percentiles};
+use mdbus_tool_support::output::print_json;
+use mdbus_tool_support::percentiles::{latency_histogram, nanos, Percentiles};
+
+use crate::common::{pin, watchdog, Common, Failure};
+use crate::flow::counter;
+use crate::peer::{self, die_with_parent, explain, Peer};
 
 /// Counter value that ends the run.
 const STOP: u64 = u64::MAX;
@@ -28,6 +31,7 @@ const STOP: u64 = u64::MAX;
 /// Options of `mdbus-perf pingpong`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// The options every command shares.
     #[command(flatten)]
     pub common: Common,
 
@@ -157,8 +161,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "--size".into(),
                 args.size.to_string(),
             ];
-            let mut peer = Peer::spawn("pingpong", "pong", &own, &args.common, &name, peer_core)?;
-            let report = ping(args, &bus, &name, Some(&mut peer)).map_err(|e| peer.explain(e))?;
+            let mut peer = peer::spawn("pingpong", "pong", &own, &args.common, &name, peer_core)?;
+            let report =
+                ping(args, &bus, &name, Some(&mut peer)).map_err(|e| explain(&mut peer, e))?;
             peer.finish()?;
             print(args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
@@ -377,14 +382,6 @@ fn describe(event: &Event<'_>) -> String {
     }
 }
 
-#[inline(always)]
-pub(crate) fn counter(payload: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = payload.len().min(8);
-    bytes[..n].copy_from_slice(&payload[..n]);
-    u64::from_le_bytes(bytes)
-}
-
 fn ping(
     args: &Args,
     bus: &Bus,
@@ -399,7 +396,7 @@ fn ping(
     let mut out = vec![0x5au8; args.size as usize];
     let mut back = vec![0u8; args.size as usize];
     let mut hist = latency_histogram();
-    let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for pong's echo");
+    let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for pong's echo");
     for i in 1..=args.warmup + args.iters {
         out[..8].copy_from_slice(&i.to_le_bytes());
         let t0 = Instant::now();
@@ -450,7 +447,7 @@ fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     }
     let mut buf = vec![0u8; args.size as usize];
     let mut echoed = 0u64;
-    let mut dog = Watchdog::new(None, &args.common, "waiting for ping");
+    let mut dog = watchdog(None, &args.common, "waiting for ping");
     loop {
         match link.try_receive(&mut buf)? {
             Received::Counter(STOP) | Received::Closed => break,
@@ -525,14 +522,6 @@ fn print(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counter_reads_the_first_eight_bytes_little_endian() {
-        let mut payload = [0xffu8; 32];
-        payload[..8].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
-        assert_eq!(counter(&payload), 0x0102_0304_0506_0708);
-        assert_eq!(counter(&[1, 0]), 1);
-    }
 
     #[test]
     fn report_serialises_to_the_documented_shape() {

@@ -29,10 +29,13 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Bus, Event, TransportKind};
 use serde::Serialize;
 
-use crate::common::{interrupted, pin, Common, Failure, Watchdog};
-use crate::peer::{die_with_parent, wait_for_go, DoneSignal, Peer};
-use crate::pingpong::counter;
-use crate::report::{nanos, per_sec, print_json};
+use mdbus_tool_support::output::print_json;
+use mdbus_tool_support::percentiles::{nanos, per_sec};
+
+use crate::common::{interrupted, pin, watchdog, Common, Failure};
+pub use crate::flow::Role;
+use crate::flow::{counter, due_ns, pace, serve};
+use crate::peer::{self, die_with_parent, explain, wait_for_go, DoneSignal, Peer};
 
 /// Messages between two calls of a UDP publisher's `service` while it
 /// publishes flat out (a system call each; a retransmit request waits at
@@ -42,6 +45,7 @@ const SERVICE_EVERY: u64 = 256;
 /// Options of `mdbus-perf throughput`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// The options every command shares.
     #[command(flatten)]
     pub common: Common,
 
@@ -95,17 +99,6 @@ pub struct Args {
     /// itself once it is ready.
     #[arg(long, value_enum)]
     pub role: Option<Role>,
-}
-
-/// The two sides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    /// Publishes (sends).
-    #[value(name = "pub")]
-    Pub,
-    /// Subscribes (receives), counts and prints.
-    #[value(name = "sub")]
-    Sub,
 }
 
 impl Args {
@@ -245,9 +238,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "--batch".into(),
                 args.batch.to_string(),
             ];
-            let mut peer = Peer::spawn("throughput", "pub", &own, &args.common, &name, peer_core)?;
+            let mut peer = peer::spawn("throughput", "pub", &own, &args.common, &name, peer_core)?;
             let report =
-                receive(args, &bus, &name, Some(&mut peer)).map_err(|e| peer.explain(e))?;
+                receive(args, &bus, &name, Some(&mut peer)).map_err(|e| explain(&mut peer, e))?;
             peer.finish()?;
             print(args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
@@ -290,30 +283,6 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
     });
     placed?;
     bus
-}
-
-/// Spins until `due` ns after `t0`; `duty` runs every 64 spins.
-#[inline(always)]
-pub(crate) fn pace(
-    t0: Instant,
-    due: u64,
-    mut duty: impl FnMut() -> Result<(), Failure>,
-) -> Result<(), Failure> {
-    let mut spins = 0u32;
-    while nanos(t0.elapsed()) < due {
-        spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
-            duty()?;
-        }
-        std::hint::spin_loop();
-    }
-    Ok(())
-}
-
-/// When message `i` (from 1) is due at `rate` per second, in ns from the
-/// start.
-pub(crate) fn due_ns(i: u64, rate: u64) -> u64 {
-    (u128::from(i - 1) * 1_000_000_000 / u128::from(rate)) as u64
 }
 
 /// Publishes `--count` messages on the stream; returns how many and the
@@ -364,30 +333,6 @@ fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
     // Dropping the publisher closes the stream: the subscriber's end.
     drop(publisher);
     Ok((count, ns))
-}
-
-/// After the last message of a datagram stream: answers retransmit
-/// requests and sends heartbeats until the parent says the subscriber is
-/// done, or for `linger` when this side runs alone.
-pub fn serve(
-    publisher: &mut mdbus::Publisher,
-    done: Option<&DoneSignal>,
-    common: &Common,
-    linger: Duration,
-) -> Result<(), Failure> {
-    use mdbus::wait::Wait;
-    let mut wait = common.wait;
-    let t0 = Instant::now();
-    loop {
-        publisher.service()?;
-        match done {
-            Some(done) if done.is_done() => return Ok(()),
-            None if t0.elapsed() >= linger => return Ok(()),
-            _ => {}
-        }
-        interrupted()?;
-        wait.wait();
-    }
 }
 
 /// Sends `--count` messages on the session; returns how many and the
@@ -470,7 +415,7 @@ fn subscribe(
     let mut trouble = None;
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for messages");
+        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
         while end.is_none() && !reached {
             let n = subscriber.poll(|e| match e {
                 Event::Message(m) => reached |= datagram && m.seq() >= count,
@@ -546,7 +491,7 @@ fn receive_session(
     let mut out_of_order = 0u64;
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(peer.as_deref_mut(), &args.common, "waiting for messages");
+        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
         loop {
             match session.poll(|m| {
                 let c = counter(m.payload());

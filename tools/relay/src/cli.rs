@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use mdbus_tool_support::duration::parse as parse_duration;
 
 use mdbus_tool_support::signals;
 
@@ -87,10 +88,6 @@ pub enum Command {
     /// MoldUDP64 on lines A and B, with a re-request server, for a relay
     /// in another process or on another host.
     Simulate(mdbus_exchange::SimulateArgs),
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    mdbus::config::duration_str::parse(s)
 }
 
 /// Prints a run's summary: text on stderr and stdout, or JSON on stdout.

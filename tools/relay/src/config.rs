@@ -13,12 +13,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mdbus::config::duration_str;
 use mdbus::error::ConfigError;
 use mdbus::wait::WaitStrategy;
 use mdbus::{Config, TransportKind};
 use mdbus_feed::alpha::Stock;
 use mdbus_feed::moldudp64::Session;
+use mdbus_tool_support::duration as duration_str;
 use serde::Deserialize;
 
 use super::payload;

@@ -68,3 +68,9 @@ impl From<mdbus::Error> for ReplayError {
         }
     }
 }
+
+impl From<mdbus_tool_support::process::PeerError> for ReplayError {
+    fn from(e: mdbus_tool_support::process::PeerError) -> Self {
+        ReplayError::Run(e.to_string())
+    }
+}

@@ -8,44 +8,34 @@
 //! 3. publisher → `end LAST_SEQ` after the last message;
 //! 4. the subscriber writes its files and exits 0.
 
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::io::{self, BufRead, BufReader};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::error::ReplayError;
+pub use mdbus_tool_support::process::die_with_parent;
+use mdbus_tool_support::process::{this_program, Peer};
 
-/// Environment variable carrying the parent's pid to a subscriber.
-const PARENT_ENV: &str = "MDBUS_REPLAY_PARENT";
+use super::error::ReplayError;
 
 /// A subscriber process. Killed if still running when dropped, so a
 /// failed run leaves nothing behind.
 pub struct Subscriber {
-    child: Child,
+    peer: Peer,
     index: usize,
-    stdin: Option<ChildStdin>,
     lines: Receiver<String>,
 }
 
 impl Subscriber {
     /// Starts this binary with `args` as subscriber `index`.
     pub fn spawn(index: usize, args: &[String]) -> Result<Subscriber, ReplayError> {
-        let exe = std::env::current_exe()
-            .map_err(|e| ReplayError::Run(format!("cannot find this program's path: {e}")))?;
-        let mut child = Command::new(exe)
-            .env(PARENT_ENV, std::process::id().to_string())
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| ReplayError::Run(format!("cannot start subscriber {index}: {e}")))?;
-        let stdin = child.stdin.take();
+        let mut cmd = this_program()?;
+        cmd.args(args);
+        let mut peer = Peer::start(format!("subscriber {index}"), cmd, true)?;
         let (tx, lines) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
+        if let Some(out) = peer.take_stdout() {
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
@@ -55,12 +45,7 @@ impl Subscriber {
                 }
             });
         }
-        Ok(Subscriber {
-            child,
-            index,
-            stdin,
-            lines,
-        })
+        Ok(Subscriber { peer, index, lines })
     }
 
     /// Waits for the line `want`, failing if the process exits or
@@ -101,93 +86,23 @@ impl Subscriber {
 
     /// Sends one line.
     pub fn send(&mut self, line: &str) -> Result<(), ReplayError> {
-        let index = self.index;
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| ReplayError::Run(format!("subscriber {index} no longer listens")))?;
-        let sent = writeln!(stdin, "{line}").and_then(|()| stdin.flush());
-        if sent.is_err() {
-            self.check_alive()?;
-            return Err(ReplayError::Run(format!(
-                "subscriber {index} stopped listening"
-            )));
-        }
-        Ok(())
+        Ok(self.peer.send_line(line)?)
     }
 
     /// Fails if the process has exited.
     pub fn check_alive(&mut self) -> Result<(), ReplayError> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(ReplayError::Run(format!(
-                "subscriber {} exited before the replay finished ({})",
-                self.index,
-                describe(status)
-            ))),
-            Err(e) => Err(ReplayError::Run(format!(
-                "cannot check on subscriber {}: {e}",
-                self.index
-            ))),
-        }
+        Ok(self.peer.check_alive()?)
     }
 
     /// The exit status if the process has exited.
     pub fn exited(&mut self) -> Result<Option<ExitStatus>, ReplayError> {
-        self.child.try_wait().map_err(|e| {
-            ReplayError::Run(format!("cannot check on subscriber {}: {e}", self.index))
-        })
+        Ok(self.peer.exited()?)
     }
 
     /// Fails unless the process exited successfully.
     pub fn check_success(&self, status: ExitStatus) -> Result<(), ReplayError> {
-        if status.success() {
-            Ok(())
-        } else {
-            Err(ReplayError::Run(format!(
-                "subscriber {} failed ({})",
-                self.index,
-                describe(status)
-            )))
-        }
+        Ok(self.peer.check_success(status)?)
     }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        _ => status.to_string(),
-    }
-}
-
-/// In a subscriber process: die with the parent (it may be killed without
-/// a chance to stop its subscribers).
-pub fn die_with_parent() -> Result<(), ReplayError> {
-    let parent: Option<libc::pid_t> = std::env::var(PARENT_ENV).ok().and_then(|p| p.parse().ok());
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no
-    // memory of ours.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
-        return Err(ReplayError::Run(format!(
-            "prctl(PR_SET_PDEATHSIG): {}",
-            io::Error::last_os_error()
-        )));
-    }
-    // The parent may have died before prctl: then the signal never comes.
-    // SAFETY: getppid has no preconditions.
-    if parent.is_some() && Some(unsafe { libc::getppid() }) != parent {
-        return Err(ReplayError::Run("the replaying process exited".into()));
-    }
-    Ok(())
 }
 
 /// In a subscriber process: what the publisher says on stdin after

@@ -11,7 +11,7 @@ use super::error::ReplayError;
 use super::hlog::read_hlog;
 use super::plot::{self, Curve};
 use super::subscribe::new_histogram;
-use super::summary::{micros, Percentiles};
+use super::summary::{micros, Percentiles, SummaryExt};
 
 /// Options of `mdbus-replay report`.
 #[derive(Debug, Clone, clap::Args)]

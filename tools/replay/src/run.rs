@@ -11,11 +11,11 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mdbus_tool_support::duration::parse as parse_duration;
 
 use super::error::ReplayError;
 use super::hgrm::{percentile_distribution, MICROSECONDS};
@@ -24,9 +24,9 @@ use super::input::Input;
 use super::loader::Loader;
 use super::peer::Subscriber;
 use super::plot::{self, Curve, TimelinePoint};
-use super::schedule::{parse_duration, Rate, Scheduler};
+use super::schedule::{Rate, Scheduler};
 use super::subscribe::{self, new_histogram, SubscriberCounts};
-use super::summary::{per_sec, Percentiles, SubscriberSummary, Summary};
+use super::summary::{per_sec, Percentiles, SubscriberSummary, Summary, SummaryExt};
 use super::transport::{BusOptions, End, Transport};
 
 /// How long before the first message the subscribers are told the start:
@@ -565,40 +565,18 @@ fn add(into: &mut Histogram<u64>, h: &Histogram<u64>) {
     }
 }
 
-/// Set by the SIGINT/SIGTERM handler [`catch_interrupts`] installs.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe. Relaxed: the flag carries no
-    // data, and the loops that read it only need to see it eventually.
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
 /// Turns Ctrl-C and SIGTERM into an error from the send loop's next
 /// check, so the run unwinds: the publisher removes its shared-memory
 /// segment and the subscribers are stopped, rather than a segment of the
 /// ring's size being left behind in /dev/shm.
 fn catch_interrupts() -> Result<(), ReplayError> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `on_interrupt` is an `extern "C" fn(c_int)` that only
-        // stores to an atomic, which is async-signal-safe; `signal` is a
-        // valid signal number.
-        let previous =
-            unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
-        if previous == libc::SIG_ERR {
-            return Err(ReplayError::Run(format!(
-                "cannot catch signal {signal}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-    }
-    Ok(())
+    mdbus_tool_support::signals::install()
+        .map_err(|e| ReplayError::Run(format!("cannot catch SIGINT and SIGTERM: {e}")))
 }
 
 /// Fails once Ctrl-C or SIGTERM arrived.
 fn interrupted() -> Result<(), ReplayError> {
-    // Relaxed: see `on_interrupt`.
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if mdbus_tool_support::signals::requested() {
         Err(ReplayError::Run("interrupted".into()))
     } else {
         Ok(())

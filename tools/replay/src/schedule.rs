@@ -128,11 +128,6 @@ impl Scheduler {
     }
 }
 
-/// Parses a duration such as `500us`, `10ms`, `1s`, `2m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    mdbus::config::duration_str::parse(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,60 +2,15 @@
 
 use std::path::Path;
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::input::InputFormat;
 use super::schedule::Rate;
 use super::subscribe::SubscriberCounts;
 
-/// Percentiles of a latency histogram, in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Percentiles {
-    /// Values recorded.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// 99.99th percentile.
-    pub p9999: u64,
-    /// Largest value.
-    pub max: u64,
-}
-
-impl Percentiles {
-    /// The usual percentiles of `h` (each the highest value equivalent to
-    /// the one at that rank, as HdrHistogram reports them).
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
-        let s = mdbus::metrics::summarize(h);
-        Percentiles {
-            count: s.count,
-            p50: s.p50,
-            p90: s.p90,
-            p99: s.p99,
-            p999: s.p999,
-            p9999: s.p9999,
-            max: s.max,
-        }
-    }
-
-    /// `(name, value)` in table order.
-    pub fn rows(&self) -> [(&'static str, u64); 6] {
-        [
-            ("p50", self.p50),
-            ("p90", self.p90),
-            ("p99", self.p99),
-            ("p99.9", self.p999),
-            ("p99.99", self.p9999),
-            ("max", self.max),
-        ]
-    }
-}
+/// Percentiles of a latency histogram, in nanoseconds (`of`, `rows`:
+/// [`SummaryExt`]).
+pub use mdbus_tool_support::percentiles::{Summary as Percentiles, SummaryExt};
 
 /// One subscriber's share of a run.
 #[derive(Debug, Clone, Serialize)]
@@ -186,9 +141,5 @@ pub fn micros(ns: u64) -> String {
 
 /// Messages per second for `n` messages in `ns` nanoseconds.
 pub fn per_sec(n: u64, ns: u64) -> f64 {
-    if ns == 0 {
-        0.0
-    } else {
-        (n as f64 * 1e9 / ns as f64).round()
-    }
+    mdbus_tool_support::percentiles::per_sec(n, ns).round()
 }

@@ -1,43 +1,31 @@
-//! The tools' log output: `log` records on stderr, one line each, prefixed
-//! with the program's name and the level.
+//! The tools' log output on stderr, through `env_logger`: one line per
+//! record with a timestamp, the program's name and the level. Warnings
+//! and errors by default, info with the tools' `--verbose`; `RUST_LOG`
+//! (such as `RUST_LOG=debug` or `RUST_LOG=mdbus=debug,info`) overrides
+//! both.
 
-use std::sync::OnceLock;
+use std::io::Write;
 
-static PROGRAM: OnceLock<&'static str> = OnceLock::new();
-
-struct Stderr;
-
-impl log::Log for Stderr {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::max_level()
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            eprintln!(
-                "{}: {}: {}",
-                PROGRAM.get().copied().unwrap_or("mdbus"),
-                r.level().as_str().to_lowercase(),
-                r.args()
-            );
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: Stderr = Stderr;
-
-/// Sends `log` records to stderr as `PROGRAM: level: message`: warnings
-/// and errors always, info with `verbose`. Only the first call in a
-/// process takes effect.
+/// Sends `log` records to stderr as `TIME PROGRAM: level: message`. Only
+/// the first call in a process takes effect.
 pub fn init(program: &'static str, verbose: bool) {
-    let _ = PROGRAM.set(program);
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(if verbose {
+    let mut builder = env_logger::Builder::new();
+    builder
+        .filter_level(if verbose {
             log::LevelFilter::Info
         } else {
             log::LevelFilter::Warn
+        })
+        .parse_env(env_logger::Env::new().filter("RUST_LOG"))
+        .target(env_logger::Target::Stderr)
+        .format(move |buf, record| {
+            writeln!(
+                buf,
+                "{} {program}: {}: {}",
+                buf.timestamp_millis(),
+                record.level().as_str().to_lowercase(),
+                record.args()
+            )
         });
-    }
+    let _ = builder.try_init();
 }

@@ -1,37 +1,56 @@
-//! SIGINT and SIGTERM as a flag: the handler only stores `true`, and the
-//! polling loop checks the flag between datagrams, then shuts down in
-//! order (publishers closed, summary printed).
+//! SIGINT and SIGTERM as a flag: the handler (installed by the
+//! `signal-hook` crate) only stores `true` to an atomic, which is
+//! async-signal-safe; every polling loop checks [`requested`] between
+//! units of work and then shuts down in order (publishers closed, shared
+//! memory removed, summary printed).
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-static REQUESTED: AtomicBool = AtomicBool::new(false);
+use signal_hook::consts::{SIGINT, SIGTERM};
 
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    REQUESTED.store(true, Ordering::Relaxed);
-}
+/// The flag both handlers set; present once [`install`] succeeded.
+static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-/// Installs the handler for SIGINT and SIGTERM.
-pub fn install() -> std::io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `sigaction` is plain old data, zeroed is a valid empty
-        // value; the handler is an `extern "C" fn(c_int)` that only stores
-        // to an atomic, which is async-signal-safe.
-        let r = unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut())
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+/// Installs the handler for SIGINT and SIGTERM (once per process; later
+/// calls do nothing).
+///
+/// # Errors
+/// The system refused a handler.
+pub fn install() -> io::Result<()> {
+    if FLAG.get().is_some() {
+        return Ok(());
     }
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&flag))?;
+    }
+    // Two threads racing here both registered handlers; the flag that
+    // loses is still set by its handler but never read, which is harmless
+    // as the winner's handler sets the winner's flag as well.
+    let _ = FLAG.set(flag);
     Ok(())
 }
 
 /// True once SIGINT or SIGTERM has arrived (after [`install`]).
 #[inline]
 pub fn requested() -> bool {
-    REQUESTED.load(Ordering::Relaxed)
+    // Relaxed: the flag carries no data, and a loop only needs to see it
+    // eventually.
+    FLAG.get().is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_sets_the_flag() {
+        install().unwrap();
+        install().unwrap();
+        assert!(!requested());
+        signal_hook::low_level::raise(SIGTERM).unwrap();
+        assert!(requested());
+    }
 }

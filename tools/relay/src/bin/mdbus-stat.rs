@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use mdbus::counters::CountersReader;
+use mdbus_tool_support::duration::parse_nonzero;
 
 /// Print the counters of a running mdbus process.
 #[derive(Debug, Parser)]
@@ -34,7 +35,7 @@ struct Cli {
     file: PathBuf,
 
     /// Time between samples, as 500ms, 1s, 5s.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_nonzero)]
     interval: Duration,
 
     /// Print one sample (counters only, no rates) and exit.
@@ -51,14 +52,6 @@ struct Cli {
     /// absent on the first sample).
     #[arg(long)]
     json: bool,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = mdbus::config::duration_str::parse(s)?;
-    if d.is_zero() {
-        return Err("the interval must be longer than 0".into());
-    }
-    Ok(d)
 }
 
 fn main() -> ExitCode {
