@@ -5,13 +5,12 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 
-use mdbus_feed::arbiter::{ArbiterConfig, ArbiterCounters, ArbiterSink, Line};
+use mdbus_feed::arbiter::{ArbiterConfig, ArbiterSink, Line};
 use mdbus_feed::moldudp64::{Request, Session};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::config::{InputConfig, LiveAddresses};
 use super::pipeline::Pipeline;
-use super::stats::Upstream;
 use super::RelayError;
 
 /// The arbiter configuration of `[input]`.
@@ -28,37 +27,6 @@ pub fn arbiter_config(input: &InputConfig, session: Option<Session>) -> ArbiterC
         requests_per_second: a.requests_per_second,
         gap_wait_ns: a.gap_wait.as_nanos() as u64,
         max_jump: a.max_jump,
-    }
-}
-
-impl From<&ArbiterCounters> for Upstream {
-    fn from(c: &ArbiterCounters) -> Upstream {
-        Upstream {
-            packets_a: c.packets_a,
-            packets_b: c.packets_b,
-            packets_recovery: c.packets_recovery,
-            heartbeats: c.heartbeats,
-            wins_a: c.wins_a,
-            wins_b: c.wins_b,
-            wins_recovery: c.wins_recovery,
-            duplicate_packets: c.duplicate_packets,
-            duplicate_messages: c.duplicate_messages,
-            gaps: c.gaps,
-            gap_messages: c.gap_messages,
-            requests_sent: c.requests_sent,
-            request_retries: c.request_retries,
-            requests_rate_limited: c.requests_rate_limited,
-            recovered: c.recovered,
-            unrecoverable: c.unrecoverable,
-            malformed: c.malformed,
-            session_changes: c.session_changes,
-            backwards: c.backwards,
-            reorder_overflow: c.reorder_overflow,
-            suspect_jumps: c.suspect_jumps,
-            other_session: c.other_session,
-            after_end: c.after_end,
-            end_of_session: c.end_of_session,
-        }
     }
 }
 
