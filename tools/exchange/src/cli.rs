@@ -1,4 +1,5 @@
-//! `mdbus-relay simulate`: the exchange simulator from the command line.
+//! The exchange simulator from the command line: `mdbus-exchange`, also
+//! reachable as `mdbus-relay simulate`.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
@@ -7,10 +8,11 @@ use std::time::{Duration, Instant};
 use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::SynthConfig;
 use mdbus_tool_support::duration::parse as parse_duration;
+use mdbus_tool_support::output::EXIT_FAILED;
 
 use super::{Exchange, ExchangeConfig, ExchangeCounters};
 
-/// Options of `mdbus-relay simulate`.
+/// Options of `mdbus-exchange` (and `mdbus-relay simulate`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// Line A: multicast group and port.
@@ -101,24 +103,29 @@ fn parse_session(s: &str) -> Result<Session, String> {
     Session::new(s).map_err(|e| format!("not a MoldUDP64 session name: {e}"))
 }
 
+/// `mdbus-relay simulate`: [`run`] under that name.
+pub fn run_simulate(args: &SimulateArgs) -> ExitCode {
+    run(args, "mdbus-relay simulate")
+}
+
 /// Runs the simulator until the session is over (and `--linger` has
 /// passed), `--duration` has passed, or SIGINT/SIGTERM; prints a one-line
-/// summary. Exit status 0, or 1 when it cannot start.
-pub fn run_simulate(args: &SimulateArgs) -> ExitCode {
+/// summary. Exit status 0, or 1 when it cannot start. `program` prefixes
+/// its messages on stderr.
+pub fn run(args: &SimulateArgs, program: &str) -> ExitCode {
     if let Err(e) = mdbus_tool_support::signals::install() {
-        eprintln!("mdbus-relay simulate: cannot install the SIGINT/SIGTERM handler: {e}");
-        return ExitCode::from(1);
+        eprintln!("{program}: cannot install the SIGINT/SIGTERM handler: {e}");
+        return ExitCode::from(EXIT_FAILED);
     }
     let exchange = match Exchange::start(args.config()) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("mdbus-relay simulate: {e}");
-            return ExitCode::from(1);
+            eprintln!("{program}: {e}");
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     eprintln!(
-        "mdbus-relay simulate: session {} ({} messages) on {} (A) and {} (B) via {}, \
-         re-requests at {}",
+        "{program}: session {} ({} messages) on {} (A) and {} (B) via {}, re-requests at {}",
         exchange.session(),
         exchange.session_messages(),
         args.group_a,

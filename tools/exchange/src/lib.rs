@@ -20,8 +20,8 @@
 //! Loss applies to message packets only: heartbeats and end-of-session
 //! packets always go out on both lines.
 //!
-//! `mdbus-relay simulate` runs it from the command line ([`SimulateArgs`],
-//! [`run_simulate`]).
+//! The `mdbus-exchange` binary, and `mdbus-relay simulate`, run it from the
+//! command line ([`SimulateArgs`], [`run`], [`run_simulate`]).
 
 mod cli;
 mod day;
@@ -39,7 +39,7 @@ use mdbus_feed::moldudp64::{Session, BLOCK_PREFIX_LEN, HEADER_LEN};
 use mdbus_feed::synth::{SynthConfig, SynthError};
 use socket2::{Domain, Protocol, Socket, Type};
 
-pub use cli::{run_simulate, SimulateArgs};
+pub use cli::{run, run_simulate, SimulateArgs};
 
 use day::Day;
 

@@ -21,7 +21,7 @@ pub struct Common {
     /// streams on UD multicast with loss recovery; refused in one line on a
     /// machine without an active RDMA port). `auto` is refused: a
     /// measurement names its transport.
-    #[arg(long, default_value = "shm", value_parser = crate::transport::parse)]
+    #[arg(long, default_value = "shm", value_parser = crate::args::parse_transport)]
     pub transport: TransportKind,
 
     /// Channel name, the same on both sides (1 to 64 characters from
@@ -114,7 +114,7 @@ pub struct Common {
     /// ping-pong's second stream uses the next port). Default: the
     /// stream's `group` in --config, else 239.255.77.1 with a free port
     /// when this process starts its peer, port 47100 with --role.
-    #[arg(long, value_name = "GROUP:PORT", value_parser = crate::ip::parse_group)]
+    #[arg(long, value_name = "GROUP:PORT", value_parser = crate::args::parse_group)]
     pub group: Option<SocketAddrV4>,
 
     /// udp: local IPv4 address of the interface that sends and joins the

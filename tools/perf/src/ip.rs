@@ -34,21 +34,6 @@ pub fn has_ports(kind: TransportKind) -> bool {
     is_ip(kind) || kind == TransportKind::Verbs
 }
 
-/// Parses `--group`: an IPv4 multicast group and a port, or a group alone
-/// (port 0: the run's default port).
-pub fn parse_group(text: &str) -> Result<SocketAddrV4, String> {
-    let parsed = text
-        .parse::<SocketAddrV4>()
-        .or_else(|_| text.parse::<Ipv4Addr>().map(|ip| SocketAddrV4::new(ip, 0)));
-    match parsed {
-        Ok(a) if a.ip().is_multicast() => Ok(a),
-        _ => Err(
-            "expected an IPv4 multicast group, with or without a port, such as 239.1.1.1:5000"
-                .into(),
-        ),
-    }
-}
-
 /// For a run that starts its own peer: a port that nothing on this host
 /// uses right now, for the default group or address, so that runs side by
 /// side do not share one. Returns `None` on shared memory, which has no
@@ -141,23 +126,4 @@ pub fn session(common: &Common, v: &VerbsConfig, s: &mut SessionConfig) -> Resul
 /// Where a stream or session of this run goes, for the table heading.
 pub fn describe_stream(s: &StreamConfig) -> String {
     format!("group {} on {}", s.group, s.interface)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_must_be_multicast() {
-        assert_eq!(
-            parse_group("239.1.2.3:5000"),
-            Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 5000))
-        );
-        assert!(parse_group("10.0.0.1:5000").is_err());
-        assert!(parse_group("10.0.0.1").is_err());
-        assert_eq!(
-            parse_group("239.1.2.3"),
-            Ok(SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 0))
-        );
-    }
 }

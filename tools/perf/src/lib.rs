@@ -18,7 +18,19 @@
 //! cores (it starts the second by re-executing its own binary with
 //! `--role`), or one side only when `--role` is given, for a run across two
 //! terminals or two hosts.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`pingpong`], [`throughput`], [`mcast`] | the three commands |
+//! | [`flow`] | what throughput and mcast share: the two sides, the payload counter, pacing, serving a stream after its end |
+//! | [`common`] | the options every command shares, failures, the watchdog and Ctrl-C |
+//! | [`args`] | parsers of the shared options |
+//! | [`transport`] | which transports this build measures, and the bus of a run |
+//! | [`ip`], [`verbs`] | addresses and devices of the UDP/TCP and RDMA runs |
+//! | [`netns`] | network namespaces and loss for `mcast --loss` |
+//! | [`peer`] | the second process of a run (on `mdbus_tool_support::process`) |
 
+pub mod args;
 pub mod common;
 pub mod flow;
 pub mod ip;

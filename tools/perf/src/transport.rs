@@ -12,15 +12,6 @@ use mdbus::{Config, TransportKind};
 
 use crate::common::{Common, Failure};
 
-/// Every transport name the command line accepts.
-const ALL: [TransportKind; 5] = [
-    TransportKind::Shm,
-    TransportKind::Udp,
-    TransportKind::Tcp,
-    TransportKind::Verbs,
-    TransportKind::Auto,
-];
-
 /// The transports mdbus-perf can run in this build.
 const MEASURABLE: &[TransportKind] = &[
     TransportKind::Shm,
@@ -28,22 +19,6 @@ const MEASURABLE: &[TransportKind] = &[
     TransportKind::Tcp,
     TransportKind::Verbs,
 ];
-
-/// Parses `--transport`: any transport name, so that one this build lacks
-/// gets its own error rather than a usage message.
-pub fn parse(text: &str) -> Result<TransportKind, String> {
-    ALL.into_iter()
-        .find(|t| t.name() == text)
-        .ok_or_else(|| format!("expected one of {}", names(&ALL)))
-}
-
-fn names(kinds: &[TransportKind]) -> String {
-    kinds
-        .iter()
-        .map(|t| t.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// Fails unless this build can measure `kind`.
 pub fn check(kind: TransportKind) -> Result<(), Failure> {
@@ -118,15 +93,6 @@ pub fn bus(common: &Common, channels: impl FnOnce(&mut Config)) -> Result<mdbus:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_name_parses_and_unknown_names_list_them() {
-        for kind in ALL {
-            assert_eq!(parse(kind.name()), Ok(kind));
-        }
-        let err = parse("rdma").unwrap_err();
-        assert!(err.contains("shm, udp, tcp, verbs, auto"), "{err}");
-    }
 
     #[test]
     fn only_measurable_transports_pass_the_check() {

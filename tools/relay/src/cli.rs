@@ -11,7 +11,8 @@ use mdbus_tool_support::duration::parse as parse_duration;
 
 use mdbus_tool_support::signals;
 
-use super::{demo, Relay, RelayConfig, RunOptions, Summary};
+use super::report::print_summary;
+use super::{demo, Relay, RelayConfig, RunOptions};
 
 /// MoldUDP64 / ITCH 5.0 in, routed mdbus streams out.
 #[derive(Debug, Parser)]
@@ -88,19 +89,6 @@ pub enum Command {
     /// MoldUDP64 on lines A and B, with a re-request server, for a relay
     /// in another process or on another host.
     Simulate(mdbus_exchange::SimulateArgs),
-}
-
-/// Prints a run's summary: text on stderr and stdout, or JSON on stdout.
-pub fn print_summary(summary: &Summary, json: bool) {
-    if json {
-        match serde_json::to_string(summary) {
-            Ok(s) => println!("{s}"),
-            Err(e) => eprintln!("mdbus-relay: cannot print the summary as JSON: {e}"),
-        }
-    } else {
-        print!("{}", summary.counters.summary_text(summary.seconds));
-        println!("  ended by     {}", summary.ended_by);
-    }
 }
 
 /// The program: parses the command line and runs.

@@ -26,8 +26,8 @@ use mdbus_feed::itch::{self, Message};
 use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::SynthConfig;
 
-use super::cli::print_summary;
 use super::config::{InputKind, RelayConfig, RoutingMode, SystemRoute};
+use super::report::print_summary;
 use super::{Relay, RelayError, RelayMessage, RunOptions};
 use mdbus::counters::CountersError;
 use mdbus_exchange::{Exchange, ExchangeConfig};

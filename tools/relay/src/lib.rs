@@ -16,7 +16,9 @@
 //! | [`passthrough`] | MoldUDP64 re-publication |
 //! | [`stats`] | counters, the counters file's layout, the summary |
 //! | [`run`] | the polling loop for live and file inputs |
-//! | [`cli`] | the command line, `--demo` and `simulate` |
+//! | [`report`] | the summary printed at the end (text or JSON) |
+//! | [`demo`] | `--demo`: the exchange simulator, the relay and a printing subscriber in one process |
+//! | [`cli`] | the command line: the relay, `--demo`, `simulate` (the exchange simulator of `mdbus-exchange`) |
 //!
 //! Build a [`Relay`] from a [`RelayConfig`] (this binds and joins every
 //! socket, creates every publisher and the counters file, so mistakes show
@@ -29,6 +31,7 @@ pub mod ingest;
 pub mod passthrough;
 pub mod payload;
 pub mod pipeline;
+pub mod report;
 pub mod route;
 pub mod run;
 pub mod stats;
