@@ -49,6 +49,7 @@ use mdbus_benches::{
     latency_histogram, nanos, note_smoke, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
     Percentiles, Result, Settings,
 };
+use mdbus_tool_support::percentiles::Span;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Group of every multicast case; the port is chosen per run.
@@ -954,27 +955,6 @@ fn receive(settings: &Settings, who: Who, messages: u64) -> Result<Through> {
         Who::RawMcast => raw_receive(settings, group, &env, messages),
         Who::MdbusMcast => mdbus_receive(settings, port, &env, messages),
         _ => Err(bench_err!("{} is not a throughput peer", who.name())),
-    }
-}
-
-#[derive(Default)]
-struct Span {
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-impl Span {
-    #[inline(always)]
-    fn mark(&mut self) {
-        let now = Instant::now();
-        self.first.get_or_insert(now);
-        self.last = Some(now);
-    }
-    fn ns(&self) -> u64 {
-        match (self.first, self.last) {
-            (Some(a), Some(b)) => nanos(b - a),
-            _ => 0,
-        }
     }
 }
 

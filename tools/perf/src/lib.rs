@@ -28,6 +28,7 @@
 //! | [`transport`] | which transports this build measures, and the bus of a run |
 //! | [`ip`], [`verbs`] | addresses and devices of the UDP/TCP and RDMA runs |
 //! | [`netns`] | network namespaces and loss for `mcast --loss` |
+//! | [`side`] | this process's side of a run: port, channel name, core, death with the parent |
 //! | [`peer`] | the second process of a run (on `mdbus_tool_support::process`) |
 
 pub mod args;
@@ -38,6 +39,7 @@ pub mod mcast;
 pub mod netns;
 pub mod peer;
 pub mod pingpong;
+pub mod side;
 pub mod throughput;
 pub mod transport;
 pub mod verbs;

@@ -30,10 +30,11 @@ use serde::Serialize;
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{nanos, per_sec, Percentiles};
 
-use crate::common::{pin, watchdog, Common, Failure};
+use crate::common::{watchdog, Common, Failure};
 use crate::flow::{due_ns, pace, serve};
 use crate::netns::{LossBy, Topology};
-use crate::peer::{self, die_with_parent, explain, wait_for_go, DoneSignal, Peer};
+use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::side;
 
 /// Messages between two calls of the publisher's `service` when it
 /// publishes flat out (`--rate 0`).
@@ -160,15 +161,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         )));
     }
     let mut args = args.clone();
-    if args.role.is_none() {
-        args.common.default_port = crate::ip::pick_default_port(&args.common)?;
-    }
-    let name = args.common.channel_name(args.role.is_some())?;
-    let (core, peer_core) = args.common.cores_for(args.role == Some(Role::Pub))?;
-    pin(core)?;
-    if args.common.spawned {
-        die_with_parent()?;
-    }
+    let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
+    let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
     match args.role {
         Some(Role::Pub) => {
             let bus = bus(&args, &name)?;
@@ -218,7 +212,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             }
             let bus = bus(&args, &name)?;
             let netns = topology.as_ref().map(|(t, ..)| t.host(0));
-            let mut peer = peer::spawn_in(
+            let publisher = peer::spawn(
                 netns.as_deref(),
                 "mcast",
                 "pub",
@@ -227,15 +221,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 &name,
                 peer_core,
             )?;
-            let report = subscribe(
-                &args,
-                &bus,
-                &name,
-                Some(&mut peer),
-                topology.as_ref().map(|(t, pct, by)| (t, *pct, *by)),
-            )
-            .map_err(|e| explain(&mut peer, e))?;
-            peer.finish()?;
+            let impairment = topology.as_ref().map(|(t, pct, by)| (t, *pct, *by));
+            let report = peer::measure(publisher, |p| {
+                subscribe(&args, &bus, &name, Some(p), impairment)
+            })?;
             print(&args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
         }

@@ -9,22 +9,10 @@ use crate::common::{Common, Failure};
 
 /// Runs this binary as `subcommand ... --role role`, pinned to `core`,
 /// with `args` (the subcommand's own options) and the shared options of
-/// `common`, on channel `name`.
+/// `common`, on channel `name`; inside network namespace `netns` when
+/// given (through `ip netns exec`, which runs this binary in place: the
+/// peer is still this process's child).
 pub fn spawn(
-    subcommand: &str,
-    role: &'static str,
-    args: &[String],
-    common: &Common,
-    name: &str,
-    core: usize,
-) -> Result<Peer, Failure> {
-    spawn_in(None, subcommand, role, args, common, name, core)
-}
-
-/// As [`spawn`], inside network namespace `netns` when given (through
-/// `ip netns exec`, which runs this binary in place: the peer is still
-/// this process's child).
-pub fn spawn_in(
     netns: Option<&str>,
     subcommand: &str,
     role: &'static str,
@@ -91,9 +79,21 @@ pub fn spawn_in(
     Ok(Peer::start(format!("the {role} process"), cmd, false)?)
 }
 
+/// Runs this side's part of a measurement against `peer`, then waits for
+/// the peer to finish; a failure the peer's exit explains better (it died
+/// first) is reported as the peer's.
+pub fn measure<T>(
+    mut peer: Peer,
+    this_side: impl FnOnce(&mut Peer) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let result = this_side(&mut peer).map_err(|e| explain(&mut peer, e))?;
+    peer.finish()?;
+    Ok(result)
+}
+
 /// Turns a failure seen by this process into the peer's, when the peer's
 /// exit explains it better (it died first).
-pub fn explain(peer: &mut Peer, failure: Failure) -> Failure {
+fn explain(peer: &mut Peer, failure: Failure) -> Failure {
     match peer.check_alive() {
         Err(peer_failure) => peer_failure.into(),
         Ok(()) => failure,

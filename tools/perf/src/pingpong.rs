@@ -21,9 +21,10 @@ use serde::Serialize;
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{latency_histogram, nanos, Percentiles};
 
-use crate::common::{pin, watchdog, Common, Failure};
+use crate::common::{watchdog, Common, Failure};
 use crate::flow::counter;
-use crate::peer::{self, die_with_parent, explain, Peer};
+use crate::peer::{self, Peer};
+use crate::side;
 
 /// Counter value that ends the run.
 const STOP: u64 = u64::MAX;
@@ -136,16 +137,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     crate::transport::ready(&args.common)?;
     let mut args = args.clone();
     args.channel = Some(channel);
-    if args.role.is_none() {
-        args.common.default_port = crate::ip::pick_default_port(&args.common)?;
-    }
+    let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pong));
+    let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
     let args = &args;
-    let name = args.common.channel_name(args.role.is_some())?;
-    let (core, peer_core) = args.common.cores_for(args.role == Some(Role::Pong))?;
-    pin(core)?;
-    if args.common.spawned {
-        die_with_parent()?;
-    }
     let bus = bus(args, &name)?;
     match args.role {
         Some(Role::Pong) => pong(args, &bus, &name),
@@ -161,10 +155,16 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "--size".into(),
                 args.size.to_string(),
             ];
-            let mut peer = peer::spawn("pingpong", "pong", &own, &args.common, &name, peer_core)?;
-            let report =
-                ping(args, &bus, &name, Some(&mut peer)).map_err(|e| explain(&mut peer, e))?;
-            peer.finish()?;
+            let pong = peer::spawn(
+                None,
+                "pingpong",
+                "pong",
+                &own,
+                &args.common,
+                &name,
+                peer_core,
+            )?;
+            let report = peer::measure(pong, |p| ping(args, &bus, &name, Some(p)))?;
             print(args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
         }

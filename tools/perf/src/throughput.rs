@@ -30,12 +30,13 @@ use mdbus::{Bus, Event, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{nanos, per_sec};
+use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
-use crate::common::{interrupted, pin, watchdog, Common, Failure};
+use crate::common::{interrupted, watchdog, Common, Failure};
 pub use crate::flow::Role;
 use crate::flow::{counter, due_ns, pace, serve};
-use crate::peer::{self, die_with_parent, explain, wait_for_go, DoneSignal, Peer};
+use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::side;
 
 /// Messages between two calls of a UDP publisher's `service` while it
 /// publishes flat out (a system call each; a retransmit request waits at
@@ -182,16 +183,9 @@ struct PublisherReport {
 pub fn run(args: &Args) -> Result<(), Failure> {
     crate::transport::ready(&args.common)?;
     let mut args = args.clone();
-    if args.role.is_none() {
-        args.common.default_port = crate::ip::pick_default_port(&args.common)?;
-    }
+    let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
+    let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
     let args = &args;
-    let name = args.common.channel_name(args.role.is_some())?;
-    let (core, peer_core) = args.common.cores_for(args.role == Some(Role::Pub))?;
-    pin(core)?;
-    if args.common.spawned {
-        die_with_parent()?;
-    }
     let bus = bus(args, &name)?;
     match args.role {
         Some(Role::Pub) => {
@@ -238,10 +232,16 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 "--batch".into(),
                 args.batch.to_string(),
             ];
-            let mut peer = peer::spawn("throughput", "pub", &own, &args.common, &name, peer_core)?;
-            let report =
-                receive(args, &bus, &name, Some(&mut peer)).map_err(|e| explain(&mut peer, e))?;
-            peer.finish()?;
+            let publisher = peer::spawn(
+                None,
+                "throughput",
+                "pub",
+                &own,
+                &args.common,
+                &name,
+                peer_core,
+            )?;
+            let report = peer::measure(publisher, |p| receive(args, &bus, &name, Some(p)))?;
             print(args, &bus, &report, &name, core, Some(peer_core));
             Ok(())
         }
@@ -367,29 +367,6 @@ fn receive(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Resul
     match args.channel() {
         Channel::Stream => subscribe(args, bus, name, peer),
         Channel::Session => receive_session(args, bus, name, peer),
-    }
-}
-
-/// First and last message times, for the rate.
-#[derive(Default)]
-struct Span {
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-impl Span {
-    #[inline(always)]
-    fn mark(&mut self) {
-        let now = Instant::now();
-        self.first.get_or_insert(now);
-        self.last = Some(now);
-    }
-
-    fn ns(&self) -> u64 {
-        match (self.first, self.last) {
-            (Some(a), Some(b)) => nanos(b - a),
-            _ => 0,
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Which transports this build measures, and the bus each run uses.
 //!
-//! Adding a transport: list it in [`MEASURABLE`], and give [`bus`] whatever
+//! Adding a transport: list it in `MEASURABLE`, and give [`bus`] whatever
 //! it needs beyond the shared settings (addresses, a device). The commands
 //! only ever see an [`mdbus::Bus`], so little else changes: `verbs` takes
 //! its device options (the `verbs` table of the configuration) here, and

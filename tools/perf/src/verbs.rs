@@ -8,16 +8,15 @@
 //! `--interface`, `--recv-interface` and `--address` name addresses
 //! directly instead.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
 
 use mdbus::config::{SessionConfig, StreamConfig, VerbsConfig};
 use mdbus::TransportKind;
 
-use crate::common::{Common, Failure};
+use mdbus_tool_support::rdma;
 
-/// Where sysfs lists the RDMA devices.
-const SYSFS_IB: &str = "/sys/class/infiniband";
+use crate::common::{Common, Failure};
 
 /// Fails when a verbs-only option is given with another transport.
 pub fn check_options(common: &Common) -> Result<(), Failure> {
@@ -63,76 +62,14 @@ pub fn configure(common: &Common, v: &mut VerbsConfig) {
     }
 }
 
-/// The IPv4 address in a GID as sysfs prints it
-/// (`0000:0000:0000:0000:0000:ffff:0a63:0001`), when it is IPv4-mapped.
-pub fn gid_ipv4(text: &str) -> Option<Ipv4Addr> {
-    let groups: Vec<u16> = text
-        .trim()
-        .split(':')
-        .map(|g| u16::from_str_radix(g, 16).ok())
-        .collect::<Option<_>>()?;
-    let groups: [u16; 8] = groups.try_into().ok()?;
-    let ip = Ipv6Addr::from(groups);
-    match ip.to_ipv4_mapped() {
-        Some(v4) if !v4.is_unspecified() => Some(v4),
-        _ => None,
-    }
-}
-
-/// The GID files of a port, in index order (sysfs lists them as
-/// `gids/0`, `gids/1`, ...).
-fn gid_files(port_dir: &Path) -> Vec<(i32, PathBuf)> {
-    let mut out: Vec<(i32, PathBuf)> = std::fs::read_dir(port_dir.join("gids"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let i = e.file_name().to_str()?.parse().ok()?;
-            Some((i, e.path()))
-        })
-        .collect();
-    out.sort_by_key(|(i, _)| *i);
-    out
-}
-
 /// The IPv4 address of RDMA device `device`, port `port`: the GID at
 /// `gid_index` (when at least 0), else the first IPv4-mapped GID.
 pub fn device_ipv4(device: &str, port: u8, gid_index: i32) -> Result<Ipv4Addr, Failure> {
-    device_ipv4_in(Path::new(SYSFS_IB), device, port, gid_index)
-}
-
-fn device_ipv4_in(
-    root: &Path,
-    device: &str,
-    port: u8,
-    gid_index: i32,
-) -> Result<Ipv4Addr, Failure> {
-    let port_dir = root.join(device).join("ports").join(port.to_string());
-    let fail = |what: String| {
+    rdma::device_ipv4(Path::new(rdma::SYSFS_IB), device, port, gid_index).map_err(|e| {
         Failure::Usage(format!(
-            "RDMA device {device} port {port}: {what}; name the address with --interface or --address"
+            "{e}; name the address with --interface or --address"
         ))
-    };
-    if gid_index >= 0 {
-        let path = port_dir.join("gids").join(gid_index.to_string());
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-        return gid_ipv4(&text).ok_or_else(|| {
-            fail(format!(
-                "GID {gid_index} ({}) is not an IPv4-mapped address",
-                text.trim()
-            ))
-        });
-    }
-    gid_files(&port_dir)
-        .into_iter()
-        .find_map(|(_, path)| gid_ipv4(&std::fs::read_to_string(path).ok()?))
-        .ok_or_else(|| {
-            fail(format!(
-                "no IPv4-mapped GID in {}",
-                port_dir.join("gids").display()
-            ))
-        })
+    })
 }
 
 /// The device this process uses: as configured, else the first with an
@@ -235,42 +172,4 @@ pub fn describe(v: &VerbsConfig) -> String {
         "verbs: {device} port {}, {inline}, signal every {}, repost batch {}",
         v.port, v.signal_every, v.recv_batch
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv4_mapped_gids_give_their_address() {
-        assert_eq!(
-            gid_ipv4("0000:0000:0000:0000:0000:ffff:0a63:0001\n"),
-            Some(Ipv4Addr::new(10, 99, 0, 1))
-        );
-        assert_eq!(gid_ipv4("fe80:0000:0000:0000:32d8:30ff:feee:9db3"), None);
-        assert_eq!(gid_ipv4("0000:0000:0000:0000:0000:0000:0000:0000"), None);
-        assert_eq!(gid_ipv4("not a gid"), None);
-    }
-
-    #[test]
-    fn device_address_comes_from_the_gid_table() {
-        let root = std::env::temp_dir().join(format!("mdbus-perf-gids-{}", std::process::id()));
-        let gids = root.join("rxe9/ports/1/gids");
-        std::fs::create_dir_all(&gids).unwrap();
-        let zero = "0000:0000:0000:0000:0000:0000:0000:0000\n";
-        std::fs::write(gids.join("0"), "fe80:0000:0000:0000:32d8:30ff:feee:9db3\n").unwrap();
-        std::fs::write(gids.join("1"), "0000:0000:0000:0000:0000:ffff:0a63:0002\n").unwrap();
-        std::fs::write(gids.join("2"), zero).unwrap();
-        let first = device_ipv4_in(&root, "rxe9", 1, -1);
-        let at_1 = device_ipv4_in(&root, "rxe9", 1, 1);
-        let at_0 = device_ipv4_in(&root, "rxe9", 1, 0).map_err(|e| e.to_string());
-        let missing = device_ipv4_in(&root, "rxe8", 1, -1).map_err(|e| e.to_string());
-        std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(first.unwrap(), Ipv4Addr::new(10, 99, 0, 2));
-        assert_eq!(at_1.unwrap(), Ipv4Addr::new(10, 99, 0, 2));
-        assert!(at_0.unwrap_err().contains("not an IPv4-mapped"));
-        let missing = missing.unwrap_err();
-        assert!(missing.contains("RDMA device rxe8 port 1"), "{missing}");
-        assert!(missing.contains("--interface"), "{missing}");
-    }
 }

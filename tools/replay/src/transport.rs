@@ -2,20 +2,19 @@
 //! (UD multicast), configured the same way in the publishing process and
 //! in every subscriber process from the options both are given.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mdbus::config::{LateJoin, StreamConfig};
 use mdbus::wait::WaitStrategy;
 use mdbus::{Bus, Config, TransportKind};
+use mdbus_tool_support::rdma::{self, SYSFS_IB};
 
 use super::error::ReplayError;
 
 /// Multicast group of the stream unless told otherwise.
 const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 2);
-/// Where sysfs lists RDMA devices.
-const SYSFS_IB: &str = "/sys/class/infiniband";
 
 /// A transport the replay can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -341,48 +340,8 @@ pub fn device_ipv4(
     port: u8,
     gid_index: i32,
 ) -> Result<Ipv4Addr, ReplayError> {
-    let gids = root
-        .join(device)
-        .join("ports")
-        .join(port.to_string())
-        .join("gids");
-    let fail = |what: String| {
-        ReplayError::Usage(format!(
-            "RDMA device {device} port {port}: {what}; name the address with --interface"
-        ))
-    };
-    let read = |i: i32| std::fs::read_to_string(gids.join(i.to_string())).ok();
-    if gid_index >= 0 {
-        let text = read(gid_index).ok_or_else(|| {
-            fail(format!(
-                "cannot read {}",
-                gids.join(gid_index.to_string()).display()
-            ))
-        })?;
-        return gid_ipv4(&text).ok_or_else(|| {
-            fail(format!(
-                "GID {gid_index} ({}) is not IPv4-mapped",
-                text.trim()
-            ))
-        });
-    }
-    (0..256)
-        .map_while(read)
-        .find_map(|t| gid_ipv4(&t))
-        .ok_or_else(|| fail(format!("no IPv4-mapped GID in {}", gids.display())))
-}
-
-/// The IPv4 address in a GID as sysfs prints it, when it is IPv4-mapped.
-fn gid_ipv4(text: &str) -> Option<Ipv4Addr> {
-    let groups: Vec<u16> = text
-        .trim()
-        .split(':')
-        .map(|g| u16::from_str_radix(g, 16).ok())
-        .collect::<Option<_>>()?;
-    let groups: [u16; 8] = groups.try_into().ok()?;
-    Ipv6Addr::from(groups)
-        .to_ipv4_mapped()
-        .filter(|a| !a.is_unspecified())
+    rdma::device_ipv4(root, device, port, gid_index)
+        .map_err(|e| ReplayError::Usage(format!("{e}; name the address with --interface")))
 }
 
 #[cfg(test)]
@@ -390,27 +349,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gids_give_their_ipv4_address() {
-        assert_eq!(
-            gid_ipv4("0000:0000:0000:0000:0000:ffff:0a63:0001\n"),
-            Some(Ipv4Addr::new(10, 99, 0, 1))
-        );
-        assert_eq!(gid_ipv4("fe80:0000:0000:0000:32d8:30ff:feee:9db3"), None);
-        assert_eq!(gid_ipv4("garbage"), None);
-    }
-
-    #[test]
-    fn a_device_address_comes_from_its_gid_table() {
+    fn a_device_without_an_address_names_the_option() {
         let root = std::env::temp_dir().join(format!("mdbus-replay-gids-{}", std::process::id()));
-        let gids = root.join("rxe9/ports/1/gids");
-        std::fs::create_dir_all(&gids).unwrap();
-        std::fs::write(gids.join("0"), "fe80:0000:0000:0000:32d8:30ff:feee:9db3\n").unwrap();
-        std::fs::write(gids.join("1"), "0000:0000:0000:0000:0000:ffff:0a63:0002\n").unwrap();
-        let first = device_ipv4(&root, "rxe9", 1, -1);
-        let zero = device_ipv4(&root, "rxe9", 1, 0).map_err(|e| e.to_string());
-        std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(first.unwrap(), Ipv4Addr::new(10, 99, 0, 2));
-        assert!(zero.unwrap_err().contains("is not IPv4-mapped"));
+        let e = device_ipv4(&root, "rxe8", 1, -1).unwrap_err().to_string();
+        assert!(e.starts_with("RDMA device rxe8 port 1: "), "{e}");
+        assert!(e.ends_with("; name the address with --interface"), "{e}");
     }
 
     #[test]

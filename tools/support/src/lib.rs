@@ -9,11 +9,13 @@
 //! | [`watchdog`] | a dead peer or a stall noticed from inside a spin loop |
 //! | [`percentiles`] | percentile summaries of latency histograms, rates |
 //! | [`output`] | JSON lines on stdout, exit statuses |
+//! | [`rdma`] | the IPv4 address of an RDMA port, from its GID table |
 
 pub mod duration;
 pub mod logging;
 pub mod output;
 pub mod percentiles;
 pub mod process;
+pub mod rdma;
 pub mod signals;
 pub mod watchdog;

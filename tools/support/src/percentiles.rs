@@ -86,6 +86,31 @@ pub fn per_sec(count: u64, ns: u64) -> f64 {
     }
 }
 
+/// The times of the first and the last message of a run, for its rate.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Span {
+    first: Option<std::time::Instant>,
+    last: Option<std::time::Instant>,
+}
+
+impl Span {
+    /// A message arrived now.
+    #[inline(always)]
+    pub fn mark(&mut self) {
+        let now = std::time::Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    /// Nanoseconds from the first message to the last; 0 before two.
+    pub fn ns(&self) -> u64 {
+        match (self.first, self.last) {
+            (Some(a), Some(b)) => nanos(b - a),
+            _ => 0,
+        }
+    }
+}
+
 /// Nanoseconds in a duration, saturating.
 #[inline]
 pub fn nanos(d: std::time::Duration) -> u64 {
@@ -114,6 +139,17 @@ mod tests {
         let rows = Summary::of(&h).rows();
         assert_eq!(rows[3], ("p99.9", 999));
         assert_eq!(rows[5], ("max", 1000));
+    }
+
+    #[test]
+    fn a_span_runs_from_the_first_mark_to_the_last() {
+        let mut s = Span::default();
+        assert_eq!(s.ns(), 0);
+        s.mark();
+        assert_eq!(s.ns(), 0);
+        let first = s.first.unwrap();
+        s.mark();
+        assert_eq!(s.ns(), nanos(s.last.unwrap() - first));
     }
 
     #[test]
