@@ -46,8 +46,8 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
     bench_err, child_init, child_role, clock_cost, emit_json, env_u64, free_port,
-    latency_histogram, nanos, note_smoke, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
-    Percentiles, Result, Settings,
+    latency_histogram, nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer,
+    PeerExt, Percentiles, Result, Settings,
 };
 use mdbus_tool_support::percentiles::Span;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -749,24 +749,7 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     if rtts.is_empty() {
         return Vec::new();
     }
-    println!();
-    println!(
-        "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
-    );
-    for m in rtts {
-        println!(
-            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-            m.who.name(),
-            m.size,
-            m.rtt.p50,
-            m.rtt.p90,
-            m.rtt.p99,
-            m.rtt.p999,
-            m.rtt.max,
-            m.count
-        );
-    }
+    print_rtt_table(rtts.iter().map(|m| (m.who.name(), m.size, m.rtt, m.count)));
     let base = |who: Who, size: usize| {
         let raw = match who {
             Who::MdbusUdp => Who::RawUdp,

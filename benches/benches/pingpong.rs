@@ -31,16 +31,15 @@
 //! `MDBUS_BENCH_ROLE`.
 
 use std::fmt::Debug;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, latency_histogram, nanos, note_smoke,
-    selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings, SharedRegion,
-    SharedSafe,
+    bench_err, child_init, child_role, clock_cost, emit_json, latency_histogram, nanos, note_smoke,
+    print_rtt_table, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings,
+    SharedRegion, SharedSafe,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -163,24 +162,11 @@ fn ratio(a: u64, b: u64) -> Option<f64> {
 }
 
 fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Result<()> {
-    println!();
-    println!(
-        "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
+    print_rtt_table(
+        results
+            .iter()
+            .map(|m| (m.transport.name(), m.transport.payload(), m.rtt, m.count)),
     );
-    for m in results {
-        println!(
-            "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
-            m.transport.name(),
-            m.transport.payload(),
-            m.rtt.p50,
-            m.rtt.p90,
-            m.rtt.p99,
-            m.rtt.p999,
-            m.rtt.max,
-            m.count
-        );
-    }
     let find = |t: Transport| results.iter().find(|m| m.transport == t).map(|m| m.rtt);
     // (mdbus row, baseline, p50 ratio, p99.9 ratio)
     let mut ratios = Vec::new();
@@ -220,20 +206,7 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
         }
         lines.push(obj.to_string());
     }
-    for line in &lines {
-        println!("{line}");
-    }
-    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
-        for line in &lines {
-            writeln!(file, "{line}")?;
-        }
-    }
-    Ok(())
+    emit_json(&lines)
 }
 
 // ---------------------------------------------------------------- raw ----

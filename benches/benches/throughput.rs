@@ -23,15 +23,14 @@
 //! last; the publisher (the child) times its own send loop and reports it.
 
 use std::cell::UnsafeCell;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
 use mdbus_benches::{
-    bench_err, child_init, child_role, nanos, note_smoke, selected_peers, wait_for_go, watchdog,
-    Peer, PeerExt, Result, Settings, SharedRegion, SharedSafe,
+    bench_err, child_init, child_role, emit_json, nanos, note_smoke, selected_peers, wait_for_go,
+    watchdog, Peer, PeerExt, Result, Settings, SharedRegion, SharedSafe,
 };
 
 /// Message size in bytes.
@@ -196,20 +195,7 @@ fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
             .to_string(),
         );
     }
-    for line in &lines {
-        println!("{line}");
-    }
-    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
-        for line in &lines {
-            writeln!(file, "{line}")?;
-        }
-    }
-    Ok(())
+    emit_json(&lines)
 }
 
 // ----------------------------------------------------------- raw SPSC ----

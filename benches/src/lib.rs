@@ -412,6 +412,22 @@ impl Drop for SharedRegion {
 /// acquire/release pair on an atomic in the same region.
 pub unsafe trait SharedSafe {}
 
+/// Prints the round-trip table: a row per peer and payload with its
+/// percentiles and sample count.
+pub fn print_rtt_table<'a>(rows: impl IntoIterator<Item = (&'a str, usize, Percentiles, u64)>) {
+    println!();
+    println!(
+        "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
+    );
+    for (peer, payload, p, samples) in rows {
+        println!(
+            "{peer:<12} {payload:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {samples:>10}",
+            p.p50, p.p90, p.p99, p.p999, p.max
+        );
+    }
+}
+
 /// The cost of one `Instant::now()`, measured as the gap between two
 /// consecutive calls: every timed iteration includes it once.
 pub fn clock_cost() -> Percentiles {
