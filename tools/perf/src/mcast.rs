@@ -28,7 +28,7 @@ use mdbus::{Bus, Event, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{nanos, per_sec, Percentiles};
+use mdbus_tool_support::percentiles::{per_sec, Percentiles, Span};
 
 use crate::common::{watchdog, Common, Failure};
 use crate::flow::{due_ns, pace, serve};
@@ -320,8 +320,7 @@ fn subscribe(
     let mut reached = false;
     let mut end = None;
     let mut trouble = None;
-    let mut first = None;
-    let mut last = None;
+    let mut span = Span::default();
     {
         let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
         while end.is_none() && !reached {
@@ -347,9 +346,7 @@ fn subscribe(
                 return Err(Failure::Run(format!("stream `{name}`: {what}")));
             }
             if n > 0 {
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = Some(now);
+                span.mark();
                 dog.progress();
             } else if end.is_none() && !reached {
                 dog.idle()?;
@@ -363,10 +360,7 @@ fn subscribe(
     let counters = subscriber.recovery_counters().unwrap_or_default();
     log::info!("subscriber's recovery counters: {counters:?}");
     let recovered = counters.recovered;
-    let ns = match (first, last) {
-        (Some(a), Some(b)) => nanos(b - a),
-        _ => 0,
-    };
+    let ns = span.ns();
     let loss = match network {
         Some((t, pct, by)) => Some(LossReport {
             pct,
