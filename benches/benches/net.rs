@@ -34,8 +34,6 @@
 //! the child, this binary again started with `MDBUS_BENCH_ROLE`, is pong or
 //! the sender. Round trips are timed with `Instant::now()` around the send
 //! and the matching receive and recorded into an HdrHistogram.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::io::{ErrorKind, Read, Write};
 use std::mem::{size_of, zeroed};
@@ -48,9 +46,10 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
     bench_err, child_init, child_role, clock_cost, emit_json, env_u64, free_port,
-    latency_histogram, nanos, note_smoke, wait_for_go, DoneSignal, Peer, Percentiles, Result,
-    Settings, Watchdog,
+    latency_histogram, nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer,
+    PeerExt, Percentiles, Result, Settings,
 };
+use mdbus_tool_support::percentiles::Span;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Group of every multicast case; the port is chosen per run.
@@ -351,7 +350,7 @@ fn ping(settings: &Settings, who: Who, size: usize) -> Result<Histogram<u64>> {
             listener.set_nonblocking(true)?;
             let mut peer = Peer::spawn_env(&who.child_role(), settings, None, &env)?;
             let sock = {
-                let mut dog = Watchdog::new(
+                let mut dog = watchdog(
                     Some(&mut peer),
                     settings.wait,
                     settings.stall,
@@ -385,7 +384,7 @@ fn ping_loop(
 ) -> Result<Histogram<u64>> {
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(Some(&mut peer), settings.wait, settings.stall, "ping");
+        let mut dog = watchdog(Some(&mut peer), settings.wait, settings.stall, "ping");
         loop {
             match side.try_receive()? {
                 Some(READY) => break,
@@ -423,7 +422,7 @@ fn ping_loop(
 }
 
 fn pong(settings: &Settings, side: &mut impl Side) -> Result<()> {
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {
@@ -750,24 +749,7 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     if rtts.is_empty() {
         return Vec::new();
     }
-    println!();
-    println!(
-        "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
-    );
-    for m in rtts {
-        println!(
-            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-            m.who.name(),
-            m.size,
-            m.rtt.p50,
-            m.rtt.p90,
-            m.rtt.p99,
-            m.rtt.p999,
-            m.rtt.max,
-            m.count
-        );
-    }
+    print_rtt_table(rtts.iter().map(|m| (m.who.name(), m.size, m.rtt, m.count)));
     let base = |who: Who, size: usize| {
         let raw = match who {
             Who::MdbusUdp => Who::RawUdp,
@@ -959,27 +941,6 @@ fn receive(settings: &Settings, who: Who, messages: u64) -> Result<Through> {
     }
 }
 
-#[derive(Default)]
-struct Span {
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
-
-impl Span {
-    #[inline(always)]
-    fn mark(&mut self) {
-        let now = Instant::now();
-        self.first.get_or_insert(now);
-        self.last = Some(now);
-    }
-    fn ns(&self) -> u64 {
-        match (self.first, self.last) {
-            (Some(a), Some(b)) => nanos(b - a),
-            _ => 0,
-        }
-    }
-}
-
 fn raw_receive(
     settings: &Settings,
     group: SocketAddrV4,
@@ -993,7 +954,7 @@ fn raw_receive(
     let (mut received, mut ended, mut out_of_order, mut expect) = (0u64, false, 0u64, 0u64);
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -1084,7 +1045,7 @@ fn raw_send(settings: &Settings, port: u16, messages: u64) -> Result<()> {
     let mut end = [0u8; DGRAM_HEADER];
     end[..8].copy_from_slice(&END.to_le_bytes());
     let to = SocketAddrV4::new(GROUP, port);
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw sender");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw sender");
     while !done.is_done() {
         let _ = tx.send_to(&end, to);
         let pause = Instant::now();
@@ -1132,7 +1093,7 @@ fn mdbus_receive(
     let mut trouble = None;
     let mut span = Span::default();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -1192,7 +1153,7 @@ fn mdbus_send(settings: &Settings, port: u16, messages: u64) -> Result<()> {
     let send_ns = nanos(t0.elapsed());
     // Answer retransmit requests until the receiver has everything (or
     // has given up on what is no longer retained).
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "mdbus sender");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "mdbus sender");
     while !done.is_done() {
         publisher.service()?;
         dog.idle()?;

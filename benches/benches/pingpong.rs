@@ -29,19 +29,17 @@
 //! HdrHistogram; the cost of the clock itself is measured and printed.
 //! The child process is pong; it is this binary again, started with
 //! `MDBUS_BENCH_ROLE`.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::fmt::Debug;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, latency_histogram, nanos, note_smoke,
-    selected_peers, Peer, Percentiles, Result, Settings, SharedRegion, SharedSafe, Watchdog,
+    bench_err, child_init, child_role, clock_cost, emit_json, latency_histogram, nanos, note_smoke,
+    print_rtt_table, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings,
+    SharedRegion, SharedSafe,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -164,24 +162,11 @@ fn ratio(a: u64, b: u64) -> Option<f64> {
 }
 
 fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Result<()> {
-    println!();
-    println!(
-        "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
+    print_rtt_table(
+        results
+            .iter()
+            .map(|m| (m.transport.name(), m.transport.payload(), m.rtt, m.count)),
     );
-    for m in results {
-        println!(
-            "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
-            m.transport.name(),
-            m.transport.payload(),
-            m.rtt.p50,
-            m.rtt.p90,
-            m.rtt.p99,
-            m.rtt.p999,
-            m.rtt.max,
-            m.count
-        );
-    }
     let find = |t: Transport| results.iter().find(|m| m.transport == t).map(|m| m.rtt);
     // (mdbus row, baseline, p50 ratio, p99.9 ratio)
     let mut ratios = Vec::new();
@@ -221,20 +206,7 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
         }
         lines.push(obj.to_string());
     }
-    for line in &lines {
-        println!("{line}");
-    }
-    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
-        for line in &lines {
-            writeln!(file, "{line}")?;
-        }
-    }
-    Ok(())
+    emit_json(&lines)
 }
 
 // ---------------------------------------------------------------- raw ----
@@ -261,7 +233,7 @@ fn raw_ping(settings: &Settings) -> Result<Histogram<u64>> {
     let mut peer = Peer::spawn(&Transport::Raw.pong_role(), settings, Some(&region))?;
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -297,7 +269,7 @@ fn raw_ping(settings: &Settings) -> Result<Histogram<u64>> {
 fn raw_pong(settings: &Settings) -> Result<()> {
     let region = SharedRegion::inherited(LINES_LEN)?;
     let lines: &Lines = region.get();
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw pong");
     // Release pairs with ping's Acquire load of READY.
     lines.pong.store(READY, Ordering::Release);
     let mut last = 0;
@@ -421,7 +393,7 @@ fn iceoryx2_ping(settings: &Settings) -> Result<Histogram<u64>> {
     let mut peer = Peer::spawn(&Transport::Iceoryx2.pong_role(), settings, None)?;
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -463,7 +435,7 @@ fn iceoryx2_ping(settings: &Settings) -> Result<Histogram<u64>> {
 
 fn iceoryx2_pong(settings: &Settings) -> Result<()> {
     let mut side = iox::side(false)?;
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "iceoryx2 pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "iceoryx2 pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {
@@ -595,7 +567,7 @@ fn mdbus_ping(settings: &Settings, transport: Transport) -> Result<Histogram<u64
     };
     let mut hist = latency_histogram();
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,
@@ -643,7 +615,7 @@ fn mdbus_pong(settings: &Settings, transport: Transport) -> Result<()> {
     } else {
         md::Side::Session(bus.session_connect(md::SESSION)?)
     };
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "mdbus pong");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "mdbus pong");
     side.send(READY)?;
     loop {
         match side.try_receive()? {

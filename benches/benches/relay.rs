@@ -38,10 +38,10 @@ use mdbus_feed::arbiter::{Arbiter, Line};
 use mdbus_feed::itch;
 use mdbus_feed::moldudp64::{Packet, Session};
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
-use mdbus_tools::relay::ingest::{arbiter_config, Sink};
-use mdbus_tools::relay::pipeline::Pipeline;
-use mdbus_tools::relay::route::Router;
-use mdbus_tools::relay::RelayConfig;
+use mdbus_relay::ingest::{arbiter_config, Sink};
+use mdbus_relay::pipeline::Pipeline;
+use mdbus_relay::route::Router;
+use mdbus_relay::RelayConfig;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)

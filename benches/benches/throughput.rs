@@ -21,19 +21,16 @@
 //!
 //! The subscriber (the parent process) times from its first message to its
 //! last; the publisher (the child) times its own send loop and reports it.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::cell::UnsafeCell;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
 use mdbus_benches::{
-    bench_err, child_init, child_role, nanos, note_smoke, selected_peers, wait_for_go, Peer,
-    Result, Settings, SharedRegion, SharedSafe, Watchdog,
+    bench_err, child_init, child_role, emit_json, nanos, note_smoke, selected_peers, wait_for_go,
+    watchdog, Peer, PeerExt, Result, Settings, SharedRegion, SharedSafe,
 };
 
 /// Message size in bytes.
@@ -198,20 +195,7 @@ fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
             .to_string(),
         );
     }
-    for line in &lines {
-        println!("{line}");
-    }
-    if let Ok(path) = std::env::var("MDBUS_BENCH_JSON") {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| bench_err!("MDBUS_BENCH_JSON={path}: {e}"))?;
-        for line in &lines {
-            writeln!(file, "{line}")?;
-        }
-    }
-    Ok(())
+    emit_json(&lines)
 }
 
 // ----------------------------------------------------------- raw SPSC ----
@@ -260,7 +244,7 @@ fn raw_subscribe(settings: &Settings) -> Result<Measured> {
     let mut first = None;
     let mut out_of_order = 0u64;
     {
-        let mut dog = Watchdog::new(Some(&mut peer), settings.wait, settings.stall, "raw SPSC");
+        let mut dog = watchdog(Some(&mut peer), settings.wait, settings.stall, "raw SPSC");
         while next < count {
             if next == tail {
                 // Acquire pairs with the producer's Release store of `tail`:
@@ -306,7 +290,7 @@ fn raw_publish(settings: &Settings) -> Result<(u64, u64)> {
     let region = SharedRegion::inherited(SPSC_LEN)?;
     let ring: &Spsc = region.get();
     wait_for_go()?;
-    let mut dog = Watchdog::new(None, settings.wait, settings.stall, "raw SPSC publisher");
+    let mut dog = watchdog(None, settings.wait, settings.stall, "raw SPSC publisher");
     let mut head = 0u64;
     let t0 = Instant::now();
     for i in 0..settings.iters {
@@ -364,7 +348,7 @@ fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
     let mut ended = false;
     let mut trouble = None;
     {
-        let mut dog = Watchdog::new(
+        let mut dog = watchdog(
             Some(&mut peer),
             settings.wait,
             settings.stall,

@@ -1,26 +1,26 @@
-//! Shared pieces of the mdbus benchmarks: the peer process, shared memory,
-//! a watchdog for spin loops, and the report.
+//! Shared pieces of the mdbus benchmarks: settings, the peer process (on
+//! `mdbus_tool_support::process`), shared memory, and the report.
 //!
 //! Every benchmark runs as two processes pinned to two different cores. The
 //! parent re-executes its own binary with [`ROLE_ENV`] naming the role the
 //! child plays; the child is killed if the parent dies, and the parent's
 //! spin loops stop with an error if the child dies or stops making progress.
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
 
 use std::ffi::CStr;
 use std::fmt;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use mdbus::affinity::{self, Placement};
-use mdbus::wait::{Wait, WaitStrategy};
+use mdbus::wait::WaitStrategy;
+use mdbus_tool_support::process::{die_with_parent, this_program, PeerError};
+use mdbus_tool_support::watchdog::WatchdogError;
+
+pub use mdbus_tool_support::percentiles::{latency_histogram, nanos, Percentiles};
+pub use mdbus_tool_support::process::{wait_for_go, DoneSignal, Peer};
+pub use mdbus_tool_support::watchdog::Watchdog;
 
 /// Environment variable naming the role of a child process.
 pub const ROLE_ENV: &str = "MDBUS_BENCH_ROLE";
@@ -28,9 +28,6 @@ pub const ROLE_ENV: &str = "MDBUS_BENCH_ROLE";
 pub const FD_ENV: &str = "MDBUS_BENCH_FD";
 /// Environment variable carrying the core a child pins itself to.
 pub const CORE_ENV: &str = "MDBUS_BENCH_CORE";
-/// Environment variable carrying the parent's pid, so the child can check
-/// it was not orphaned before it armed its death signal.
-pub const PARENT_ENV: &str = "MDBUS_BENCH_PARENT";
 /// Environment variable carrying a name unique to this run (service names).
 pub const RUN_ENV: &str = "MDBUS_BENCH_RUN";
 
@@ -55,6 +52,18 @@ impl From<io::Error> for BenchError {
 impl From<mdbus::Error> for BenchError {
     fn from(e: mdbus::Error) -> Self {
         BenchError(format!("mdbus: {e}"))
+    }
+}
+
+impl From<PeerError> for BenchError {
+    fn from(e: PeerError) -> Self {
+        BenchError(e.to_string())
+    }
+}
+
+impl From<WatchdogError> for BenchError {
+    fn from(e: WatchdogError) -> Self {
+        BenchError(e.to_string())
     }
 }
 
@@ -192,72 +201,10 @@ pub fn child_role() -> Option<String> {
 /// Sets up a child process: dies with the parent, pins itself to the core
 /// the parent chose, and returns that core.
 pub fn child_init() -> Result<usize> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no
-    // memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    if rc != 0 {
-        return Err(bench_err!(
-            "prctl(PR_SET_PDEATHSIG): {}",
-            io::Error::last_os_error()
-        ));
-    }
-    let parent = env_u64(PARENT_ENV, 0)?;
-    // SAFETY: getppid has no preconditions.
-    let ppid = unsafe { libc::getppid() };
-    if parent != 0 && u64::try_from(ppid).ok() != Some(parent) {
-        return Err(bench_err!(
-            "parent {parent} exited before the child started"
-        ));
-    }
+    die_with_parent()?;
     let core = env_u64(CORE_ENV, 1)? as usize;
     affinity::pin_current_thread(core)?;
     Ok(core)
-}
-
-/// Blocks the child until its parent calls [`Peer::go`]; fails if the
-/// parent goes away first.
-pub fn wait_for_go() -> Result<()> {
-    let mut line = String::new();
-    io::stdin().lock().read_line(&mut line)?;
-    if line.trim() == "go" {
-        Ok(())
-    } else {
-        Err(bench_err!("the parent process went away before the start"))
-    }
-}
-
-/// For a child past [`wait_for_go`]: learns, from a thread reading stdin,
-/// when the parent calls [`Peer::done`] (or goes away), while the child
-/// keeps working (a stream publisher answering retransmit requests).
-pub struct DoneSignal(Arc<AtomicBool>);
-
-impl DoneSignal {
-    /// Starts listening.
-    pub fn listen() -> DoneSignal {
-        let flag = Arc::new(AtomicBool::new(false));
-        let set = Arc::clone(&flag);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            // `done`, end of file or an error: the parent needs nothing
-            // more either way.
-            while io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
-                if line.trim() == "done" {
-                    break;
-                }
-                line.clear();
-            }
-            // Relaxed: the flag hands over no data, only "stop".
-            set.store(true, Ordering::Relaxed);
-        });
-        DoneSignal(flag)
-    }
-
-    /// Whether the parent said `done`.
-    #[inline]
-    pub fn is_done(&self) -> bool {
-        // Relaxed: pairs with the store above; no data depends on it.
-        self.0.load(Ordering::Relaxed)
-    }
 }
 
 /// A port nothing on the loopback uses right now (UDP or TCP), for a case
@@ -291,136 +238,55 @@ pub fn emit_json(lines: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// A child process running one role of a benchmark.
-pub struct Peer {
-    child: Child,
-    role: String,
-    stdin: Option<ChildStdin>,
-    stdout: Option<ChildStdout>,
-}
-
-impl Peer {
+/// Starting this binary again as a child playing one role of a benchmark.
+pub trait PeerExt: Sized {
     /// Starts this binary again as `role`, pinned to the second core of
     /// `settings`, with the same counts, and `region` (if any) inherited.
     /// The child's stdout is captured for its report.
-    pub fn spawn(role: &str, settings: &Settings, region: Option<&SharedRegion>) -> Result<Peer> {
+    fn spawn(role: &str, settings: &Settings, region: Option<&SharedRegion>) -> Result<Self> {
         Self::spawn_env(role, settings, region, &[])
     }
 
-    /// As [`spawn`](Peer::spawn), with extra environment variables (the
+    /// As [`spawn`](PeerExt::spawn), with extra environment variables (the
     /// port, size or counts of one case).
-    pub fn spawn_env(
+    fn spawn_env(
+        role: &str,
+        settings: &Settings,
+        region: Option<&SharedRegion>,
+        env: &[(&str, String)],
+    ) -> Result<Self>;
+}
+
+impl PeerExt for Peer {
+    fn spawn_env(
         role: &str,
         settings: &Settings,
         region: Option<&SharedRegion>,
         env: &[(&str, String)],
     ) -> Result<Peer> {
-        let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = this_program()?;
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env(ROLE_ENV, role)
             .env(CORE_ENV, settings.cores.1.to_string())
             .env("MDBUS_BENCH_ITERS", settings.iters.to_string())
             .env("MDBUS_BENCH_WARMUP", settings.warmup.to_string())
-            .env(PARENT_ENV, std::process::id().to_string())
-            .env(RUN_ENV, run_name())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .env(RUN_ENV, run_name());
         if let Some(region) = region {
             cmd.env(FD_ENV, region.fd.as_raw_fd().to_string());
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| bench_err!("cannot start the {role} process: {e}"))?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        Ok(Peer {
-            child,
-            role: role.to_owned(),
-            stdin,
-            stdout,
-        })
-    }
-
-    /// Tells the child to go on past [`wait_for_go`].
-    pub fn go(&mut self) -> Result<()> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| bench_err!("the {} process was already told to go", self.role))?;
-        stdin
-            .write_all(b"go\n")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| bench_err!("the {} process is gone: {e}", self.role))
-    }
-
-    /// Tells a child watching a [`DoneSignal`] that this side is done.
-    pub fn done(&mut self) -> Result<()> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| bench_err!("the {} process was already told to stop", self.role))?;
-        stdin
-            .write_all(b"done\n")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| bench_err!("the {} process is gone: {e}", self.role))
-    }
-
-    /// Fails if the child has exited.
-    pub fn check_alive(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
-            None => Ok(()),
-            Some(status) => Err(bench_err!(
-                "the {} process exited early ({})",
-                self.role,
-                describe(status)
-            )),
-        }
-    }
-
-    /// Whether the child has exited.
-    pub fn has_exited(&mut self) -> Result<bool> {
-        Ok(self.child.try_wait()?.is_some())
-    }
-
-    /// Waits for the child to exit and returns what it printed; fails if it
-    /// did not exit successfully.
-    pub fn finish(mut self) -> Result<String> {
-        drop(self.stdin.take());
-        let mut out = String::new();
-        if let Some(mut stdout) = self.stdout.take() {
-            stdout.read_to_string(&mut out)?;
-        }
-        let status = self.child.wait()?;
-        if status.success() {
-            Ok(out)
-        } else {
-            Err(bench_err!(
-                "the {} process failed ({})",
-                self.role,
-                describe(status)
-            ))
-        }
+        Ok(Peer::start(format!("the {role} process"), cmd, true)?)
     }
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        _ => status.to_string(),
-    }
+/// A watchdog over a spin loop during `what` (the parent's view when
+/// `peer` is given), allowing `stall` without progress.
+pub fn watchdog<'a>(
+    peer: Option<&'a mut Peer>,
+    wait: WaitStrategy,
+    stall: Duration,
+    what: &'static str,
+) -> Watchdog<'a> {
+    Watchdog::new(peer, wait, stall, what).hint("MDBUS_BENCH_STALL_SECS")
 }
 
 /// A name unique to this run: the parent's pid, inherited by children.
@@ -452,88 +318,6 @@ pub fn note_smoke(settings: &Settings) {
             "(run by cargo test: {} iterations to check every peer works; `cargo bench` measures)",
             settings.iters
         );
-    }
-}
-
-/// Detects a dead peer or a stalled run from inside a spin loop.
-///
-/// [`Watchdog::idle`] is called once per empty poll; every 2^14 calls it
-/// checks the peer (a `waitpid` in the parent, `getppid` in the child) and
-/// the time since the last [`Watchdog::progress`]. The common path is a
-/// counter increment.
-pub struct Watchdog<'a> {
-    peer: Option<&'a mut Peer>,
-    wait: WaitStrategy,
-    spins: u64,
-    last_progress: Instant,
-    stall: Duration,
-    what: &'static str,
-}
-
-impl<'a> Watchdog<'a> {
-    const CHECK_EVERY: u64 = 1 << 14;
-
-    /// A watchdog over `peer` (the parent's view) or over the parent (the
-    /// child's view, `peer == None`).
-    pub fn new(
-        peer: Option<&'a mut Peer>,
-        wait: WaitStrategy,
-        stall: Duration,
-        what: &'static str,
-    ) -> Self {
-        Watchdog {
-            peer,
-            wait,
-            spins: 0,
-            last_progress: Instant::now(),
-            stall,
-            what,
-        }
-    }
-
-    /// One empty poll: waits per the strategy, and now and then checks the
-    /// peer and the clock.
-    #[inline(always)]
-    pub fn idle(&mut self) -> Result<()> {
-        self.wait.wait();
-        self.spins += 1;
-        if self.spins % Self::CHECK_EVERY == 0 {
-            self.check()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Notes that the run moved forward (used only for stall detection;
-    /// cheap enough to call once per message).
-    #[inline(always)]
-    pub fn progress(&mut self) {
-        self.spins = 0;
-    }
-
-    #[cold]
-    fn check(&mut self) -> Result<()> {
-        match &mut self.peer {
-            Some(peer) => peer.check_alive()?,
-            None => {
-                // SAFETY: getppid has no preconditions.
-                if unsafe { libc::getppid() } == 1 {
-                    return Err(bench_err!("the parent process exited"));
-                }
-            }
-        }
-        // `spins` restarts at 0 on progress, so this is the first check
-        // since the last progress: restart the stall clock there.
-        if self.spins == Self::CHECK_EVERY {
-            self.last_progress = Instant::now();
-        } else if self.last_progress.elapsed() > self.stall {
-            return Err(bench_err!(
-                "no progress for {:?} while {}; is the peer stuck? (MDBUS_BENCH_STALL_SECS)",
-                self.stall,
-                self.what
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -628,44 +412,19 @@ impl Drop for SharedRegion {
 /// acquire/release pair on an atomic in the same region.
 pub unsafe trait SharedSafe {}
 
-/// A latency histogram in nanoseconds, 1 ns to 100 s at 3 significant
-/// digits.
-pub fn latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
-}
-
-/// The percentiles the reports quote, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Percentiles {
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest value recorded.
-    pub max: u64,
-}
-
-impl Percentiles {
-    /// Reads the percentiles from a histogram.
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
-        Percentiles {
-            p50: h.value_at_quantile(0.50),
-            p90: h.value_at_quantile(0.90),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-        }
-    }
-
-    /// As a JSON object.
-    pub fn to_json(self) -> serde_json::Value {
-        serde_json::json!({
-            "p50": self.p50, "p90": self.p90, "p99": self.p99, "p999": self.p999, "max": self.max,
-        })
+/// Prints the round-trip table: a row per peer and payload with its
+/// percentiles and sample count.
+pub fn print_rtt_table<'a>(rows: impl IntoIterator<Item = (&'a str, usize, Percentiles, u64)>) {
+    println!();
+    println!(
+        "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "peer", "payload", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns", "max ns", "samples"
+    );
+    for (peer, payload, p, samples) in rows {
+        println!(
+            "{peer:<12} {payload:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {samples:>10}",
+            p.p50, p.p90, p.p99, p.p999, p.max
+        );
     }
 }
 
@@ -679,10 +438,4 @@ pub fn clock_cost() -> Percentiles {
         h.saturating_record((t1 - t0).as_nanos() as u64);
     }
     Percentiles::of(&h)
-}
-
-/// Nanoseconds in a duration, saturating.
-#[inline]
-pub fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

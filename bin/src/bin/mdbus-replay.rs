@@ -1,6 +1,0 @@
-//! mdbus-replay: replays a market-data capture through an mdbus stream and
-//! measures one-way latency (see `mdbus-replay --help` and docs/REPLAY.md).
-
-fn main() -> std::process::ExitCode {
-    mdbus_tools::replay::cli::main()
-}

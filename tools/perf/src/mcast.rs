@@ -1,0 +1,458 @@
+//! `mdbus-perf mcast`: a multicast stream with loss recovery, publisher in
+//! one process, subscriber in another, one-way latency per message.
+//!
+//! The publisher stamps every message with its send time
+//! (`timestamps = true`); the subscriber records `clock::now_ns()` minus
+//! that stamp into an [`mdbus::metrics::Latency`] histogram. Both read
+//! `CLOCK_REALTIME` on one host (across hosts, the clocks must be
+//! synchronised, with PTP, for the figures to mean anything).
+//!
+//! The publisher paces itself (`--rate`), answers retransmit requests and
+//! sends heartbeats whenever it waits, and after its last message goes on
+//! answering until the subscriber has accounted for every message (or for
+//! `--linger` seconds when run on its own). The subscriber reports what it
+//! received, what arrived only by retransmission (`recovered`), and what
+//! stayed missing (`lost`, reported to it as gaps); `sent = received +
+//! lost` when it joined before the first message.
+//!
+//! With `--loss PCT` the run crosses a lossy network: two network
+//! namespaces on a bridge (see [`crate::netns`]), the publisher started in
+//! one through `ip netns exec`, this process (the subscriber) moved into
+//! the other.
+
+use std::time::{Duration, Instant};
+
+use mdbus::config::{LateJoin, StreamConfig};
+use mdbus::metrics::Latency;
+use mdbus::{Bus, Event, TransportKind};
+use serde::Serialize;
+
+use mdbus_tool_support::output::print_json;
+use mdbus_tool_support::percentiles::{per_sec, Percentiles, Span};
+
+use crate::common::{watchdog, Common, Failure};
+use crate::flow::{due_ns, pace, serve};
+use crate::netns::{LossBy, Topology};
+use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::side;
+
+/// Messages between two calls of the publisher's `service` when it
+/// publishes flat out (`--rate 0`).
+const SERVICE_EVERY: u64 = 256;
+/// Largest one-way latency recorded as itself; larger ones are clamped.
+const LATENCY_MAX_NS: u64 = 60_000_000_000;
+
+/// Options of `mdbus-perf mcast`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(mut_arg("transport", |a| a
+    .default_value("udp")
+    .help("Multicast transport: udp (UDP multicast with loss recovery) or verbs (RDMA UD \
+           multicast with loss recovery: the publisher on --device or --interface, the \
+           subscriber on --recv-device or --recv-interface)")))]
+pub struct Args {
+    /// The options every command shares.
+    #[command(flatten)]
+    pub common: Common,
+
+    /// Payload bytes per message, at least 8 (the message counter).
+    #[arg(long, default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
+    pub size: u64,
+
+    /// Messages to publish. Give both sides the same count when starting
+    /// them by hand: the subscriber stops once it has accounted for this
+    /// many.
+    #[arg(long, default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: u64,
+
+    /// Messages per second the publisher sends, evenly spaced; 0 sends as
+    /// fast as possible (then latency measures queueing, and the
+    /// subscriber's socket may overflow).
+    #[arg(long, default_value_t = 100_000, value_name = "MSGS_PER_SEC")]
+    pub rate: u64,
+
+    /// Messages the publisher retains for retransmission (a power of two;
+    /// about a quarter of them when every message is --size bytes: the
+    /// window is also bounded in bytes).
+    #[arg(long, default_value_t = 65536)]
+    pub capacity: usize,
+
+    /// Run across a network that loses this percentage (0 < PCT < 100) of
+    /// what the subscriber's host receives: two network namespaces on a
+    /// bridge, loss injected by `tc netem` (or, where the kernel has no
+    /// netem, by an nftables rule: `nft`, Debian package nftables). Needs
+    /// root; the namespaces are removed afterwards, also on Ctrl-C.
+    #[arg(long, value_name = "PCT", value_parser = parse_loss)]
+    pub loss: Option<f64>,
+
+    /// With --role pub: seconds to go on answering retransmit requests
+    /// after the last message before closing the stream. (Started by the
+    /// subscriber, the publisher answers until the subscriber is done.)
+    #[arg(long, default_value_t = 1, value_name = "SECS")]
+    pub linger: u64,
+
+    /// Run one side only: `pub` publishes; `sub` receives and prints the
+    /// result. Start `sub` first. Without --role this process subscribes
+    /// and starts the publisher itself.
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
+}
+
+fn parse_loss(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 100.0 => Ok(p),
+        _ => Err("expected a percentage above 0 and below 100, such as 5 or 0.5".into()),
+    }
+}
+
+/// The two sides.
+/// Which side a process plays: the same two as for throughput.
+pub use crate::flow::Role;
+
+impl Args {
+    /// The side this process plays when --role names one.
+    pub fn role_name(&self) -> Option<&'static str> {
+        self.role.map(|r| match r {
+            Role::Pub => "pub",
+            Role::Sub => "sub",
+        })
+    }
+}
+
+/// What the subscriber prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    transport: &'static str,
+    size: u64,
+    rate: u64,
+    sent: u64,
+    received: u64,
+    /// Messages reported lost (unrecoverable gaps).
+    lost: u64,
+    /// Messages that were missing and arrived by retransmission.
+    recovered: u64,
+    msgs_per_sec: f64,
+    latency_ns: Percentiles,
+    /// The injected loss, with --loss.
+    loss: Option<LossReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct LossReport {
+    pct: f64,
+    by: LossBy,
+    /// Packets the impairment dropped.
+    dropped: u64,
+}
+
+/// Runs the command.
+pub fn run(args: &Args) -> Result<(), Failure> {
+    // Refuses the transports this build cannot run (verbs among them)
+    // before saying which ones mcast takes.
+    crate::transport::ready(&args.common)?;
+    if !matches!(
+        args.common.transport,
+        TransportKind::Udp | TransportKind::Verbs
+    ) {
+        return Err(Failure::Usage(format!(
+            "mcast measures a multicast stream: --transport udp or verbs, not {}",
+            args.common.transport.name()
+        )));
+    }
+    let mut args = args.clone();
+    let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
+    let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
+    match args.role {
+        Some(Role::Pub) => {
+            let bus = bus(&args, &name)?;
+            publish(&args, &bus, &name)?;
+            Ok(())
+        }
+        Some(Role::Sub) => {
+            let bus = bus(&args, &name)?;
+            let report = subscribe(&args, &bus, &name, None, None)?;
+            print(&args, &bus, &report, &name, core, None);
+            Ok(())
+        }
+        None => {
+            let own = [
+                "--size".to_string(),
+                args.size.to_string(),
+                "--count".into(),
+                args.count.to_string(),
+                "--rate".into(),
+                args.rate.to_string(),
+                "--capacity".into(),
+                args.capacity.to_string(),
+            ];
+            // With --loss: the hosts exist (and are removed) around the
+            // whole run; the publisher's in host 0, this process in host 1.
+            let mut topology = None;
+            let mut peer_common = args.common.clone();
+            if let Some(pct) = args.loss {
+                if args.common.transport != TransportKind::Udp {
+                    return Err(Failure::Usage(
+                        "--loss runs UDP through network namespaces: --transport udp".into(),
+                    ));
+                }
+                if args.common.interface.is_some() {
+                    return Err(Failure::Usage(
+                        "--loss chooses the interfaces itself; leave out --interface".into(),
+                    ));
+                }
+                crate::netns::check_available()?;
+                crate::common::catch_interrupts()?;
+                let mut t = Topology::create()?;
+                let by = t.impair(pct)?;
+                t.enter(1)?;
+                args.common.interface = Some(t.addr(1));
+                peer_common.interface = Some(t.addr(0));
+                topology = Some((t, pct, by));
+            }
+            let bus = bus(&args, &name)?;
+            let netns = topology.as_ref().map(|(t, ..)| t.host(0));
+            let publisher = peer::spawn(
+                netns.as_deref(),
+                "mcast",
+                "pub",
+                &own,
+                &peer_common,
+                &name,
+                peer_core,
+            )?;
+            let impairment = topology.as_ref().map(|(t, pct, by)| (t, *pct, *by));
+            let report = peer::measure(publisher, |p| {
+                subscribe(&args, &bus, &name, Some(p), impairment)
+            })?;
+            print(&args, &bus, &report, &name, core, Some(peer_core));
+            Ok(())
+        }
+    }
+}
+
+/// The bus, with the stream sized, stamped and placed for this run.
+fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
+    let mut placed = Ok(());
+    let bus = crate::transport::bus(&args.common, |cfg| {
+        let mut stream = StreamConfig {
+            max_message: args.size as usize,
+            capacity: args.capacity,
+            timestamps: true,
+            // Started on its own, the subscriber may join after the
+            // publisher's first messages.
+            late_join: LateJoin::Oldest,
+            ..cfg.stream(name)
+        };
+        placed = crate::ip::stream(&args.common, &mut stream, 0);
+        if placed.is_ok() && args.common.transport == TransportKind::Verbs {
+            let publisher = args.role == Some(Role::Pub);
+            placed =
+                crate::verbs::stream_interface(&args.common, &cfg.verbs, &mut stream, publisher);
+            // The subscriber's device is the one its address is on.
+            if let (false, Some(dev)) = (publisher, &args.common.recv_device) {
+                cfg.verbs.device = dev.clone();
+            }
+        }
+        cfg.streams.insert(name.into(), stream);
+    });
+    placed?;
+    bus
+}
+
+/// Publishes `--count` stamped messages at `--rate`, then answers
+/// retransmit requests until the subscriber is done.
+fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
+    let mut publisher = bus.publisher(name)?;
+    let done = if args.common.spawned {
+        // The parent subscribes first, so nothing is published unseen.
+        wait_for_go()?;
+        Some(DoneSignal::listen())
+    } else {
+        eprintln!("mdbus-perf (pub): publishing on `{name}`");
+        None
+    };
+    let size = args.size as usize;
+    let t0 = Instant::now();
+    for i in 1..=args.count {
+        if args.rate > 0 {
+            pace(t0, due_ns(i, args.rate), || Ok(publisher.service()?))?;
+        } else if i % SERVICE_EVERY == 0 {
+            publisher.service()?;
+        }
+        let mut claim = publisher.claim(size)?;
+        claim[..8].copy_from_slice(&i.to_le_bytes());
+        claim[8..].fill(0x5a);
+        // Stamped with the send time here (timestamps = true).
+        claim.commit()?;
+    }
+    publisher.flush()?;
+    serve(
+        &mut publisher,
+        done.as_ref(),
+        &args.common,
+        Duration::from_secs(args.linger),
+    )?;
+    if !args.common.spawned {
+        eprintln!(
+            "mdbus-perf (pub): published {} messages, closing `{name}`",
+            args.count
+        );
+    }
+    // Dropping the publisher closes the stream.
+    Ok(())
+}
+
+fn subscribe(
+    args: &Args,
+    bus: &Bus,
+    name: &str,
+    mut peer: Option<&mut Peer>,
+    network: Option<(&Topology, f64, LossBy)>,
+) -> Result<Report, Failure> {
+    let mut subscriber = bus.subscriber(name).map_err(|e| args.common.peer_wait(e))?;
+    match peer.as_deref_mut() {
+        Some(peer) => peer.go()?,
+        None => eprintln!("mdbus-perf (sub): joined `{name}`"),
+    }
+    let count = args.count;
+    let mut latency = Latency::new(LATENCY_MAX_NS);
+    let mut reached = false;
+    let mut end = None;
+    let mut trouble = None;
+    let mut span = Span::default();
+    {
+        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
+        while end.is_none() && !reached {
+            let n = subscriber.poll(|e| match e {
+                Event::Message(m) => {
+                    if let Some(sent) = m.timestamp() {
+                        latency.record(mdbus::clock::now_ns().saturating_sub(sent));
+                    }
+                    reached |= m.seq() >= count;
+                }
+                Event::Gap { to, .. } | Event::Overrun { to, .. } => reached |= to > count,
+                Event::EndOfStream { last_seq } => end = Some(last_seq),
+                Event::PublisherDown { last_seq } => {
+                    trouble = Some(format!(
+                        "the publisher went silent after message {last_seq} (heartbeat timeout)"
+                    ))
+                }
+                Event::PublisherRestarted { epoch } => {
+                    trouble = Some(format!("the publisher restarted (epoch {epoch})"))
+                }
+            })?;
+            if let Some(what) = trouble.take() {
+                return Err(Failure::Run(format!("stream `{name}`: {what}")));
+            }
+            if n > 0 {
+                span.mark();
+                dog.progress();
+            } else if end.is_none() && !reached {
+                dog.idle()?;
+            }
+        }
+    }
+    if let Some(peer) = peer {
+        peer.done()?;
+    }
+    let stats = subscriber.stats();
+    let counters = subscriber.recovery_counters().unwrap_or_default();
+    log::info!("subscriber's recovery counters: {counters:?}");
+    let recovered = counters.recovered;
+    let ns = span.ns();
+    let loss = match network {
+        Some((t, pct, by)) => Some(LossReport {
+            pct,
+            by,
+            dropped: t.dropped()?,
+        }),
+        None => None,
+    };
+    Ok(Report {
+        transport: args.common.transport.name(),
+        size: args.size,
+        rate: args.rate,
+        sent: end.unwrap_or(count),
+        received: stats.received,
+        lost: stats.gap_messages + stats.overrun_messages,
+        recovered,
+        msgs_per_sec: per_sec(stats.received, ns).round(),
+        latency_ns: Percentiles::of(latency.histogram()),
+        loss,
+    })
+}
+
+fn print(
+    args: &Args,
+    bus: &Bus,
+    report: &Report,
+    name: &str,
+    core: usize,
+    peer_core: Option<usize>,
+) {
+    if args.common.json {
+        print_json(report);
+        return;
+    }
+    let cores = match peer_core {
+        Some(peer) => format!("subscriber on core {core}, publisher on core {peer}"),
+        None => format!("subscriber on core {core}"),
+    };
+    println!(
+        "mdbus-perf mcast: transport {}, stream `{name}`, {}, {}-byte messages, {cores}",
+        report.transport,
+        crate::ip::describe_stream(&bus.config().stream(name)),
+        report.size
+    );
+    let rate = if report.rate == 0 {
+        "as fast as possible".to_string()
+    } else {
+        format!("{} msgs/s", report.rate)
+    };
+    println!(
+        "publisher {rate}, retains {} messages, wait {}",
+        args.capacity, args.common.wait
+    );
+    if let Some(loss) = &report.loss {
+        println!(
+            "network: two namespaces on a bridge, {}% of what the subscriber's host receives dropped by {} ({} packets)",
+            loss.pct,
+            loss.by.name(),
+            loss.dropped
+        );
+    }
+    println!();
+    println!(
+        "{:>12} {:>12} {:>12} {:>12} {:>14}",
+        "sent", "received", "lost", "recovered", "msgs/s"
+    );
+    println!(
+        "{:>12} {:>12} {:>12} {:>12} {:>14.0}",
+        report.sent, report.received, report.lost, report.recovered, report.msgs_per_sec
+    );
+    let p = report.latency_ns;
+    println!();
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "", "p50", "p90", "p99", "p99.9", "max"
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "one-way ns", p.p50, p.p90, p.p99, p.p999, p.max
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_is_a_percentage_strictly_between_0_and_100() {
+        assert_eq!(parse_loss("5"), Ok(5.0));
+        assert_eq!(parse_loss("0.5%"), Ok(0.5));
+        for bad in ["0", "100", "-1", "x"] {
+            assert!(parse_loss(bad).is_err(), "{bad}");
+        }
+    }
+}

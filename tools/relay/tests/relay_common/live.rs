@@ -1,0 +1,159 @@
+//! The live scenario: the exchange simulator sends a synthetic day on two
+//! loopback multicast lines, each losing packets independently, and
+//! answers re-requests; the relay arbitrates, recovers, routes and
+//! publishes on the bus given; subscribers check that every message
+//! arrived on its streams, in order, and that the counters agree.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use mdbus_exchange::{Exchange, ExchangeConfig};
+use mdbus_feed::moldudp64::Session;
+use mdbus_feed::synth::{Generator, SynthConfig};
+use mdbus_relay::{Relay, RelayConfig, RunOptions};
+
+use super::*;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// The day's size and pace.
+#[derive(Debug, Clone, Copy)]
+pub struct Day {
+    /// Order messages of continuous trading.
+    pub order_messages: u64,
+    /// The exchange's pace.
+    pub messages_per_second: u64,
+}
+
+impl Default for Day {
+    fn default() -> Self {
+        Day {
+            order_messages: 20_000,
+            messages_per_second: 100_000,
+        }
+    }
+}
+
+fn synth(day: Day) -> SynthConfig {
+    SynthConfig {
+        seed: 21,
+        symbols: 30,
+        order_messages: day.order_messages,
+        ..SynthConfig::default()
+    }
+}
+
+/// The session as the generator makes it: (sequence, bytes) from 1.
+fn expected(day: Day) -> Vec<(u64, Vec<u8>)> {
+    (1..)
+        .zip(
+            Generator::new(&synth(day))
+                .unwrap()
+                .map(|m| m.bytes().to_vec()),
+        )
+        .collect()
+}
+
+/// Runs the scenario with the relay publishing on `bus` (the `[bus]`
+/// tables of a relay configuration) and the subscribers on `sub_bus`
+/// (default: the same bus).
+pub fn live(bus: &str, sub_bus: Option<mdbus::Config>, port: u16, day: Day) {
+    let scratch = Scratch::new(&format!("live-{port}"));
+    let line_a = SocketAddrV4::new(Ipv4Addr::new(239, 192, 81, 1), port);
+    let line_b = SocketAddrV4::new(Ipv4Addr::new(239, 192, 81, 2), port);
+    let rerequest = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port + 1);
+    let text = format!(
+        "[input]\nline_a = \"{line_a}\"\nline_b = \"{line_b}\"\ninterface = \"127.0.0.1\"\n\
+         rerequest = \"{rerequest}\"\nstart_sequence = 1\nstop_at_end_of_session = true\n\
+         [counters]\npath = \"{}\"\nlog_interval = \"0s\"\n\
+         [thread]\npin = false\nidle = \"yield\"\n{bus}{ROUTING}",
+        scratch.path("counters").display(),
+    );
+    let cfg = RelayConfig::from_toml_str(&text, "<test>").unwrap();
+    let sub_bus = mdbus::Bus::new(sub_bus.unwrap_or_else(|| cfg.bus.clone())).unwrap();
+    // The relay and the subscribers join before the exchange sends its
+    // first packet.
+    let relay = Relay::new(cfg, "<test>").unwrap();
+    let mut subs: Vec<_> = STREAMS
+        .iter()
+        .map(|s| sub_bus.subscriber(s).unwrap())
+        .collect();
+    let exchange = Exchange::start(ExchangeConfig {
+        session: Session::new("LIVE000001").unwrap(),
+        line_a,
+        line_b,
+        interface: Ipv4Addr::LOCALHOST,
+        ttl: 0,
+        drop_a: 0.05,
+        drop_b: 0.05,
+        seed: 77,
+        synth: synth(day),
+        messages_per_second: day.messages_per_second,
+        max_packet: 1400,
+        rerequest_bind: rerequest,
+        heartbeat_interval: Duration::from_millis(50),
+        repeat: false,
+    })
+    .unwrap();
+    let runner = std::thread::spawn(move || {
+        relay
+            .run(&RunOptions {
+                duration: Some(DEADLINE),
+                log: false,
+                ..RunOptions::default()
+            })
+            .unwrap()
+    });
+    let sent = expected(day);
+    // Subscribers read while the relay runs (a UDP subscriber must, to ask
+    // for what it missed in time).
+    let mut want: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, m) in &sent {
+        for s in expected_streams(m) {
+            *want.entry(s.to_string()).or_default() += 1;
+        }
+    }
+    let counters = scratch.path("counters");
+    let relay_counters = || match mdbus::counters::CountersReader::open_unchecked(&counters) {
+        Ok(r) => {
+            let nonzero: Vec<String> = r
+                .labels()
+                .into_iter()
+                .zip(r.values())
+                .filter(|(_, v)| *v != 0)
+                .map(|(l, v)| format!("{l}={v}"))
+                .collect();
+            format!(
+                "relay counters: {}; exchange: {:?}",
+                nonzero.join(" "),
+                exchange.counters()
+            )
+        }
+        Err(e) => format!("relay counters unreadable: {e}"),
+    };
+    let got = collect_with(&mut subs, &want, DEADLINE, &relay_counters);
+    let summary = runner.join().unwrap();
+    let ex = exchange.stop();
+    assert_eq!(summary.ended_by, "end-of-session", "{summary:?}");
+    check_delivery(&sent, &got);
+
+    let c = &summary.counters;
+    assert_eq!(c.local.messages_in, sent.len() as u64);
+    assert_eq!(c.upstream.unrecoverable, 0);
+    assert_eq!(
+        c.upstream.wins_a + c.upstream.wins_b + c.upstream.wins_recovery,
+        c.local.messages_in,
+        "every message won on some line"
+    );
+    assert!(c.upstream.wins_a > 0 && c.upstream.wins_b > 0);
+    assert!(ex.dropped_a > 0 && ex.dropped_b > 0, "{ex:?}");
+    if ex.dropped_both > 0 {
+        assert!(c.upstream.requests_sent > 0, "{c:?} {ex:?}");
+        assert!(c.upstream.wins_recovery > 0, "{c:?} {ex:?}");
+        assert!(ex.requests_served > 0);
+    }
+    let per_stream: u64 = c.streams.iter().map(|s| s.messages).sum();
+    assert_eq!(per_stream, c.local.messages_out);
+    assert_eq!(c.local.unrouted + c.local.bad_messages, 0);
+}

@@ -1,0 +1,126 @@
+//! The command line of `mdbus-replay`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use super::error::ReplayError;
+use super::report::{self, ReportArgs};
+use super::run::{self, RunArgs};
+use super::subscribe::{self, SubscribeArgs};
+use super::synth::{self, time_of_day, SynthArgs};
+
+/// Replay a market-data capture through mdbus and measure its latency.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mdbus-replay",
+    version,
+    about = "Replay a market-data capture through an mdbus stream and measure one-way latency",
+    long_about = "Replay a market-data capture through an mdbus stream and measure one-way latency \
+as HdrHistogram logs, percentile tables and plots.\n\n\
+A replay is open loop: every message has an intended send time (its capture time, scaled by \
+--rate), is published then or at once if it is late, and carries that intended time. \
+Subscribers, each a process of its own, record delivery time minus intended time, so a stall \
+anywhere (publisher, transport, subscriber) shows up in the tail instead of being hidden \
+(coordinated omission).\n\n\
+Typical use:\n  \
+mdbus-replay synth --messages 1000000 --out day.itch\n  \
+mdbus-replay run day.itch --transport shm --rate max --out shm-max\n  \
+mdbus-replay run day.itch --transport udp --rate max --out udp-max\n  \
+mdbus-replay report shm-max/latency.hlog udp-max/latency.hlog --out compare",
+    after_help = "Exit status: 0 on success; 1 when a run fails (a subscriber dies or stalls, \
+an output cannot be written); 2 for a usage error or bad input (an unreadable, truncated or \
+unrecognised capture, a corrupt .hlog, a transport this machine lacks)."
+)]
+struct Cli {
+    /// Log what the library reports at info level (core placement, huge
+    /// pages, segments) to stderr; warnings are always shown.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a synthetic ITCH 5.0 trading day as an ITCH BinaryFILE.
+    ///
+    /// Stock directory first, then the pre-open, the opening crosses, and
+    /// continuous trading dominated by add, cancel, delete, execute and
+    /// replace messages with bursty arrivals densest after the open, then
+    /// the close. Messages are timed by their ITCH timestamps, which a
+    /// replay paces by. Deterministic: the same options give the same
+    /// bytes.
+    Synth(SynthArgs),
+    /// Replay a capture through an mdbus stream to subscriber processes
+    /// and measure one-way latency.
+    ///
+    /// INPUT's format is recognised from its content: pcap or pcapng of
+    /// MoldUDP64 over UDP (each message timed by its packet's capture
+    /// time; duplicates of a sequence number, as from A/B lines, are
+    /// replayed once), mdcap (timed by its records), or an ITCH 5.0
+    /// BinaryFILE (timed by the ITCH timestamps). Writes into --out:
+    /// latency.hlog (HdrHistogram interval log, format 1.3, one histogram
+    /// per --interval, values in ns), latency.hgrm (percentile
+    /// distribution, values in µs: scaling ratio 1000), percentiles.svg
+    /// and timeline.svg, and prints a table, or with --json one object:
+    /// {"count", "p50", "p90", "p99", "p999", "p9999", "max" (ns),
+    /// "msgs_per_sec", "drops", "gaps", ...}. drops = messages published
+    /// but not delivered, summed over subscribers; gaps = loss events
+    /// (overruns on shm, unrecoverable gaps on udp and verbs).
+    Run(RunArgs),
+    /// Compare interval logs: percentiles side by side with ratios to the
+    /// first, and one overlaid percentile plot (report.svg).
+    Report(ReportArgs),
+    /// A subscriber process of a run (started by `run` itself).
+    #[command(hide = true)]
+    Subscribe(SubscribeArgs),
+}
+
+/// Parses the command line, runs the command, and returns the exit
+/// status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    mdbus_tool_support::logging::init("mdbus-replay", cli.verbose);
+    let result = match &cli.command {
+        Command::Synth(a) => synth::run(a).map(|r| {
+            if a.json {
+                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            } else {
+                println!(
+                    "mdbus-replay synth: wrote {} messages ({} bytes) to {}, {} to {}",
+                    r.messages,
+                    r.bytes,
+                    r.out,
+                    time_of_day(r.first_ns),
+                    time_of_day(r.last_ns)
+                );
+            }
+        }),
+        Command::Run(a) => run::run(a).map(|s| {
+            if a.json {
+                println!("{}", serde_json::to_string(&s).unwrap_or_default());
+            } else {
+                print!("{}", s.table());
+            }
+        }),
+        Command::Report(a) => report::run(a).map(|r| {
+            if a.json {
+                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            } else {
+                print!("{}", r.table());
+            }
+        }),
+        Command::Subscribe(a) => subscribe::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(&e),
+    }
+}
+
+fn report_error(e: &ReplayError) -> ExitCode {
+    eprintln!("mdbus-replay: {e}");
+    ExitCode::from(e.exit_code())
+}
