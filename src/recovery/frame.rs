@@ -141,6 +141,68 @@ pub enum DropReason {
     /// message; it will be requested again.
     #[error("no free reassembly buffer")]
     ReassemblyFull,
+    /// Not from the source this subscriber is bound to (and not, or not
+    /// yet, confirmed as its replacement).
+    #[error("datagram from a source other than the bound publisher")]
+    ForeignSource,
+    /// A new publisher epoch not yet confirmed by enough consecutive
+    /// datagrams that agree.
+    #[error("new epoch not confirmed")]
+    ImplausibleEpoch,
+    /// A sequence far beyond the stream's (more than `max_jump`, or beyond
+    /// the reorder window) not yet confirmed by enough consecutive
+    /// datagrams that agree.
+    #[error("sequence jump not confirmed")]
+    ImplausibleJump,
+    /// A heartbeat or end-of-stream marker announcing messages not yet
+    /// seen, waiting for a second one that agrees before it is believed
+    /// (the datagram still shows the publisher alive).
+    #[error("heartbeat or end of stream not yet confirmed")]
+    UnconfirmedClaim,
+    /// A not-available reply for messages not asked for, or the first one
+    /// for a range (believed when the repeated request gets it again).
+    #[error("not-available reply not confirmed")]
+    UnconfirmedNotAvailable,
+    /// The datagram's MAC does not match the stream key.
+    #[error("message authentication code does not match")]
+    BadMac,
+    /// No MAC on a stream configured with a key.
+    #[error("datagram without a message authentication code")]
+    Unauthenticated,
+    /// A retransmit request beyond the requester's or the publisher's
+    /// retransmission budget.
+    #[error("retransmit request over budget")]
+    OverBudget,
+}
+
+impl DropReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [DropReason; 24] = [
+        DropReason::Truncated,
+        DropReason::BadMagic,
+        DropReason::BadVersion,
+        DropReason::BadKind,
+        DropReason::Oversize,
+        DropReason::BadLength,
+        DropReason::BadCount,
+        DropReason::BadSequence,
+        DropReason::BadFlags,
+        DropReason::BadFragment,
+        DropReason::TooLarge,
+        DropReason::OtherStream,
+        DropReason::OldEpoch,
+        DropReason::UnexpectedKind,
+        DropReason::Unsolicited,
+        DropReason::ReassemblyFull,
+        DropReason::ForeignSource,
+        DropReason::ImplausibleEpoch,
+        DropReason::ImplausibleJump,
+        DropReason::UnconfirmedClaim,
+        DropReason::UnconfirmedNotAvailable,
+        DropReason::BadMac,
+        DropReason::Unauthenticated,
+        DropReason::OverBudget,
+    ];
 }
 
 /// The fixed header of a datagram.

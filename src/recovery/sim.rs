@@ -676,6 +676,9 @@ fn a_reorder_window_too_small_gives_gaps_exactly_where_messages_were_lost() {
             reorder_window: 16,
             request_timeout: Duration::from_millis(1),
             max_retries: 0,
+            // Every jump beyond the window believed at once, so the gaps
+            // are exactly the losses.
+            confirm: 1,
             ..sub_config()
         },
         pub_config(1),
