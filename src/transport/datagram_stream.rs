@@ -85,6 +85,11 @@ impl<L: DatagramLink> DatagramPublisher<L> {
                 .min(64 << 20)
                 .max(cfg.max_message),
             heartbeat_interval: cfg.heartbeat_interval,
+            retransmit_burst: cfg.retransmit_burst,
+            retransmit_rate: cfg.retransmit_rate,
+            retransmit_global_burst: cfg.retransmit_global_burst,
+            retransmit_global_rate: cfg.retransmit_global_rate,
+            retransmit_reply_bytes: cfg.retransmit_reply_bytes,
             ..PublisherConfig::new(stream_id(name), crate::clock::now_ns())
         };
         let core = PublisherCore::new(&pc).map_err(|e| config_error(&channel, e))?;
@@ -204,8 +209,10 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
                 // then counted by the core as malformed.
                 let len = len.min(CONTROL_MAX);
                 let (line, failed) = (&mut self.lines[i], &mut self.failed);
-                // Malformed requests are counted by the core and dropped.
-                let _ = self.core.on_datagram(&req[..len], now, |reply| {
+                // Malformed and over-budget requests are counted by the
+                // core and dropped.
+                let who = L::source_key(&peer);
+                let _ = self.core.on_datagram_from(who, &req[..len], now, |reply| {
                     if let Err(e) = line.send_to(peer, reply) {
                         failed.get_or_insert(e);
                     }
@@ -245,11 +252,19 @@ impl Pending {
     }
 }
 
+fn line_of(i: usize) -> Line {
+    if i == 0 {
+        Line::A
+    } else {
+        Line::B
+    }
+}
+
 /// Subscriber of a stream over one or two datagram lines.
 pub struct DatagramSubscriber<L: DatagramLink> {
     core: SubscriberCore,
     lines: Vec<L>,
-    /// Where the publisher's data came from, per line: where requests go.
+    /// Per line, the source the core is bound to: where requests go.
     publisher: Vec<Option<L::Peer>>,
     pending: Pending,
 }
@@ -279,14 +294,23 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
             publisher_timeout: cfg.heartbeat_timeout,
+            max_jump: cfg.max_jump,
+            confirm: cfg.confirm,
             ..SubscriberConfig::new(stream_id(name))
         };
-        let core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
-        let n = lines.len();
+        let mut core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
+        let mut publisher = Vec::with_capacity(lines.len());
+        for (i, l) in lines.iter().enumerate() {
+            let source = l.configured_source();
+            if let Some(p) = source {
+                core.bind(line_of(i), L::source_key(&p));
+            }
+            publisher.push(source);
+        }
         Ok(DatagramSubscriber {
             core,
             lines,
-            publisher: vec![None; n],
+            publisher,
             pending: Pending {
                 bufs: [[0; CONTROL_MAX]; 8],
                 lens: [0; 8],
@@ -324,18 +348,20 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
         let now = monotonic_ns();
         let mut delivered = 0usize;
         for i in 0..self.lines.len() {
-            let line = if i == 0 { Line::A } else { Line::B };
+            let line = line_of(i);
             let (core, pending, publisher) =
                 (&mut self.core, &mut self.pending, &mut self.publisher[i]);
             self.lines[i].poll(max, &mut |peer, bytes: &[u8]| {
                 let before = core.counters().messages_delivered;
-                // Malformed or foreign datagrams are counted by the core.
-                let ok = core
-                    .on_datagram(line, bytes, now, &mut *f, |req: &[u8]| pending.push(req))
-                    .is_ok();
-                if ok {
+                let key = L::source_key(&peer);
+                // Malformed, foreign and unconfirmed datagrams are counted
+                // by the core.
+                let _ = core.on_datagram_from(line, key, bytes, now, &mut *f, |req: &[u8]| {
+                    pending.push(req)
+                });
+                if core.bound_source(line) == Some(key) {
                     // The publisher sends from the address it takes
-                    // requests at; a restarted one from a new address.
+                    // requests at; requests go to the bound source only.
                     *publisher = Some(peer);
                 }
                 delivered += (core.counters().messages_delivered - before) as usize;
@@ -526,6 +552,7 @@ mod udp_tests {
             interface: Ipv4Addr::LOCALHOST,
             ttl: 0,
             loopback: true,
+            source: None,
         };
         let p = DatagramPublisher::new(
             name,
