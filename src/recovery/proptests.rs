@@ -242,6 +242,7 @@ impl OrderCheck {
             }
             Ev::Down(_) => {}
             Ev::Overrun(..) => panic!("no overruns on datagram streams"),
+            Ev::SourceGap(..) => panic!("the core delivers notices as messages"),
         }
     }
 }

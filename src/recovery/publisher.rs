@@ -24,7 +24,7 @@ use super::frame::{
 use super::packer::Packer;
 use super::retained::Retained;
 use crate::error::ConfigError;
-use crate::wire::{FLAG_TIMESTAMP, HEADER_LEN};
+use crate::wire::{FLAG_TIMESTAMP, HEADER_LEN, KNOWN_FLAGS};
 
 /// Settings of a [`PublisherCore`]. Memory: `retain_bytes` plus 24 bytes
 /// per retained message plus two datagrams, all allocated at construction.
@@ -345,14 +345,29 @@ impl PublisherCore {
         len: usize,
         timestamp: Option<u64>,
         now: u64,
+        emit: E,
+    ) -> Result<u64, PublishError> {
+        self.commit_flagged(len, 0, timestamp, now, emit)
+    }
+
+    /// [`commit`](Self::commit) with message flags (such as
+    /// [`FLAG_SOURCE_GAP`](crate::wire::FLAG_SOURCE_GAP)) carried to the
+    /// subscribers; the timestamp flag follows `timestamp`.
+    pub fn commit_flagged<E: FnMut(&[u8])>(
+        &mut self,
+        len: usize,
+        flags: u32,
+        timestamp: Option<u64>,
+        now: u64,
         mut emit: E,
     ) -> Result<u64, PublishError> {
         if self.closed {
             return Err(PublishError::Closed);
         }
+        let flags = flags & KNOWN_FLAGS & !FLAG_TIMESTAMP;
         let (flags, ts) = match timestamp {
-            Some(t) => (FLAG_TIMESTAMP, t),
-            None => (0, 0),
+            Some(t) => (flags | FLAG_TIMESTAMP, t),
+            None => (flags, 0),
         };
         let seq = self
             .retained

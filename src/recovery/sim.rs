@@ -63,6 +63,7 @@ pub(crate) enum Ev {
     Down(u64),
     Restart(u64),
     Overrun(u64, u64),
+    SourceGap(u64, u64),
 }
 
 pub(crate) fn own(e: Event<'_>) -> Ev {
@@ -73,6 +74,7 @@ pub(crate) fn own(e: Event<'_>) -> Ev {
         Event::PublisherDown { last_seq } => Ev::Down(last_seq),
         Event::PublisherRestarted { epoch } => Ev::Restart(epoch),
         Event::Overrun { from, to } => Ev::Overrun(from, to),
+        Event::SourceGap { from, to } => Ev::SourceGap(from, to),
     }
 }
 

@@ -170,7 +170,7 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
         let (lines, failed) = (&mut self.lines, &mut self.failed);
         let seq = self
             .core
-            .commit(len, ts, now, |d| send_all(lines, failed, d))
+            .commit_flagged(len, flags, ts, now, |d| send_all(lines, failed, d))
             .map_err(|e| publish_error(&self.channel, e))?;
         if self.autoflush {
             self.core.flush(now, |d| send_all(lines, failed, d));
