@@ -211,6 +211,11 @@ pub struct StreamConfig {
     /// request (at least one message is sent), which bounds the
     /// amplification a spoofed request can get.
     pub retransmit_reply_bytes: usize,
+    /// Datagram transports: a file holding the stream's 32-byte key (64
+    /// hexadecimal digits, or raw), owned by the user and mode 0600. With
+    /// a key, every datagram carries a MAC; datagrams without one, or with
+    /// a wrong one, are dropped and counted. Empty: no authentication.
+    pub key_file: String,
 }
 
 impl Default for StreamConfig {
@@ -242,6 +247,7 @@ impl Default for StreamConfig {
             retransmit_global_burst: 8192,
             retransmit_global_rate: 1_000_000,
             retransmit_reply_bytes: 64 * 1024,
+            key_file: String::new(),
         }
     }
 }

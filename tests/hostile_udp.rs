@@ -277,3 +277,87 @@ fn a_spoofed_request_flood_is_held_to_the_budget_and_live_data_flows() {
     }
     assert_eq!(got, c.retransmitted);
 }
+
+/// A key file of this test's own, mode `mode`.
+fn key_file(name: &str, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("mdbus-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        "5f1d2c3b4a5968778695a4b3c2d1e0f000112233445566778899aabbccddeeff\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+#[test]
+fn with_a_key_unsealed_and_missealed_datagrams_are_dropped() {
+    let g = group();
+    let key = key_file("stream.key", 0o600);
+    let b = bus(g, &format!("key_file = \"{}\"\n", key.display()));
+    let l = listener(g);
+    let mut s = b.subscriber("s").unwrap();
+    let mut p = b.publisher("s").unwrap();
+    p.publish(&1u64.to_le_bytes()).unwrap();
+    p.service().unwrap();
+    let (_, id, epoch) = (0..10_000_000)
+        .find_map(|_| sniff(&l))
+        .expect("heard the publisher");
+    let forger = sender(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    let mut sent = 0u64;
+    let other = run(1, 5_000, &mut p, &mut s, |seq| {
+        let mut d = control(Kind::Heartbeat, id, epoch, seq + 1, 1).to_vec();
+        if seq % 200 == 0 {
+            // The MAC flag and 16 bytes of guesswork.
+            d[5] |= 0x80;
+            d.extend_from_slice(&[0xAB; 16]);
+            let len = d.len() as u32;
+            d[12..16].copy_from_slice(&len.to_le_bytes());
+        }
+        forger.send_to(&d, g).unwrap();
+        sent += 1;
+    });
+    assert!(other.is_empty(), "{other:?}");
+    let c = s.recovery_counters().unwrap();
+    assert_eq!(c.drops.bad_mac, sent / 2, "{c:?}");
+    assert_eq!(c.drops.unauthenticated, sent - sent / 2, "{c:?}");
+    // A subscriber with the key refuses a publisher without it.
+    let g2 = group();
+    let keyed = bus(g2, &format!("key_file = \"{}\"\n", key.display()));
+    let plain = bus(g2, "");
+    let mut s = keyed.subscriber("s").unwrap();
+    let mut p = plain.publisher("s").unwrap();
+    let mut got = 0u64;
+    for i in 1..=100u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    p.flush().unwrap();
+    for _ in 0..1_000_000 {
+        p.service().unwrap();
+        s.poll(|_| got += 1).unwrap();
+        if s.recovery_counters().unwrap().drops.unauthenticated >= 1 {
+            break;
+        }
+    }
+    assert_eq!(got, 0);
+    assert!(s.recovery_counters().unwrap().drops.unauthenticated >= 1);
+}
+
+#[test]
+fn a_key_file_others_can_read_is_refused_by_name() {
+    let g = group();
+    let key = key_file("open.key", 0o644);
+    let b = bus(g, &format!("key_file = \"{}\"\n", key.display()));
+    for e in [
+        b.publisher("s").unwrap_err(),
+        b.subscriber("s").unwrap_err(),
+    ] {
+        let text = e.to_string();
+        assert!(text.contains(&key.display().to_string()), "{text}");
+        assert!(text.contains("0600"), "{text}");
+        assert!(text.contains("streams.s.key_file"), "{text}");
+    }
+}

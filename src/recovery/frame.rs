@@ -42,6 +42,10 @@ pub const MIN_DATAGRAM: usize = 128;
 pub const MAX_DATAGRAM: usize = 65_507;
 /// Most fragments one message may be split into (the field is 16 bits).
 pub const MAX_FRAGMENTS: usize = u16::MAX as usize;
+/// Bit of the `kind` byte saying the datagram ends with a MAC.
+pub const KIND_MAC: u8 = 0x80;
+/// Bytes of the MAC at the end of an authenticated datagram.
+pub const MAC_LEN: usize = 16;
 /// Highest sequence number a datagram may mention. Far beyond any real
 /// stream (2^62), it keeps every `seq + window` sum of the cores clear of
 /// overflow.
@@ -470,7 +474,18 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Datagram<'a>, DropRe
     if length != buf.len() {
         return Err(DropReason::BadLength);
     }
-    let kind = Kind::from_byte(buf[5]).ok_or(DropReason::BadKind)?;
+    // A MAC, when the kind byte says there is one, is the last MAC_LEN
+    // bytes; whoever holds the key has checked it before this (see
+    // `super::mac`), and the rest is decoded without it.
+    let (kind, buf) = if buf[5] & KIND_MAC != 0 {
+        if buf.len() < DATAGRAM_HEADER_LEN + MAC_LEN {
+            return Err(DropReason::Truncated);
+        }
+        (buf[5] & !KIND_MAC, &buf[..buf.len() - MAC_LEN])
+    } else {
+        (buf[5], buf)
+    };
+    let kind = Kind::from_byte(kind).ok_or(DropReason::BadKind)?;
     if u32_at(buf, 8) != limits.stream_id {
         return Err(DropReason::OtherStream);
     }

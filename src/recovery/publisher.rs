@@ -21,6 +21,7 @@ use super::frame::{
     self, DropReason, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM, MAX_FRAGMENTS,
     MIN_DATAGRAM,
 };
+use super::mac::{Key, Mac};
 use super::packer::Packer;
 use super::retained::Retained;
 use crate::error::ConfigError;
@@ -64,6 +65,10 @@ pub struct PublisherConfig {
     /// `max(retransmit_reply_bytes, max_message)` / 40 plus datagram
     /// headers.
     pub retransmit_reply_bytes: usize,
+    /// Stream key: when set, requests must carry a MAC made with it (see
+    /// [`mac`](super::mac)), checked before anything else. The driver
+    /// seals what the publisher sends.
+    pub key: Option<Key>,
 }
 
 impl PublisherConfig {
@@ -86,6 +91,7 @@ impl PublisherConfig {
             retransmit_global_burst: 8192,
             retransmit_global_rate: 1_000_000,
             retransmit_reply_bytes: 64 * 1024,
+            key: None,
         }
     }
 
@@ -251,6 +257,7 @@ pub struct PublisherCore {
     buckets: Box<[TokenBucket]>,
     global: TokenBucket,
     reply_bytes: usize,
+    mac: Option<Mac>,
     /// When the last datagram went out on the stream's lines (not replies).
     last_sent: Option<u64>,
     closed: bool,
@@ -284,6 +291,7 @@ impl PublisherCore {
                 cfg.retransmit_global_rate,
             ),
             reply_bytes: cfg.retransmit_reply_bytes,
+            mac: cfg.key.map(|k| Mac::new(k, 0)),
             last_sent: None,
             closed: false,
             counters: Counters::default(),
@@ -474,6 +482,9 @@ impl PublisherCore {
         now: u64,
         reply: &mut R,
     ) -> Result<(), DropReason> {
+        if let Some(mac) = &self.mac {
+            mac.verify(datagram)?;
+        }
         let d = frame::decode(datagram, &self.limits)?;
         let Frame::Request { from, count } = d.frame else {
             return Err(DropReason::UnexpectedKind);

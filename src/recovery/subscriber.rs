@@ -45,6 +45,7 @@ use super::frame::{
     self, DropReason, Fragment, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM,
     MIN_DATAGRAM,
 };
+use super::mac::{Key, Mac};
 use super::packer::Packer;
 use super::reassembly::{Acquired, Added, Reassembler};
 use super::reorder::{ReorderWindow, State, INLINE, NEVER};
@@ -114,6 +115,9 @@ pub struct SubscriberConfig {
     /// epoch, a jump beyond `max_jump` or a change of source is believed.
     /// 1 believes the first one.
     pub confirm: u32,
+    /// Stream key: when set, every datagram must carry a MAC made with it
+    /// (see [`mac`](super::mac)), checked before anything else.
+    pub key: Option<Key>,
 }
 
 impl SubscriberConfig {
@@ -137,6 +141,7 @@ impl SubscriberConfig {
             publisher_timeout: Duration::from_secs(1),
             max_jump: 4096,
             confirm: 3,
+            key: None,
         }
     }
 
@@ -244,6 +249,7 @@ pub struct SubscriberCore {
     publisher_timeout_ns: u64,
     max_jump: u64,
     confirm: u32,
+    mac: Option<Mac>,
 
     window: ReorderWindow,
     reassembly: Reassembler,
@@ -301,6 +307,7 @@ impl SubscriberCore {
             publisher_timeout_ns: ns(cfg.publisher_timeout),
             max_jump: cfg.max_jump,
             confirm: cfg.confirm,
+            mac: cfg.key.map(|k| Mac::new(k, 0)),
             // A slot holds an unfragmented message, and decoding refuses
             // any longer than max_message.
             window: ReorderWindow::new(
@@ -491,6 +498,9 @@ impl SubscriberCore {
         now: u64,
         deliver: &mut D,
     ) -> Result<(), DropReason> {
+        if let Some(mac) = &self.mac {
+            mac.verify(datagram)?;
+        }
         let d = frame::decode(datagram, &self.limits)?;
         if let Frame::Request { .. } = d.frame {
             return Err(DropReason::UnexpectedKind);
@@ -1808,6 +1818,35 @@ mod tests {
                 t.from(GENUINE, &data(1, 14, 1, false), 300 * US),
                 Err(DropReason::ForeignSource)
             );
+        }
+
+        #[test]
+        fn with_a_key_only_sealed_datagrams_are_believed_even_from_the_bound_source() {
+            let key = crate::recovery::mac::Key([9; 32]);
+            let mut t = T::new(SubscriberConfig {
+                key: Some(key),
+                ..guarded()
+            });
+            let mut seal = crate::recovery::Mac::new(key, 256);
+            let mut forge = crate::recovery::Mac::new(crate::recovery::mac::Key([1; 32]), 256);
+            t.from(GENUINE, seal.seal(&data(1, 1, 2, false)), 0)
+                .unwrap();
+            // Spoofed from the bound source: unsealed, or sealed with a guess.
+            assert_eq!(
+                t.from(GENUINE, &control(Kind::EndOfStream, 1, 2, 1), US),
+                Err(DropReason::Unauthenticated)
+            );
+            for _ in 0..5 {
+                assert_eq!(
+                    t.from(GENUINE, forge.seal(&control(Kind::Heartbeat, 9, 2, 1)), US),
+                    Err(DropReason::BadMac)
+                );
+            }
+            t.from(GENUINE, seal.seal(&data(1, 3, 1, false)), 2 * US)
+                .unwrap();
+            assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+            let d = t.sub.counters().drops;
+            assert_eq!((d.unauthenticated, d.bad_mac), (1, 5));
         }
 
         #[test]

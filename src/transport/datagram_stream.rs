@@ -12,6 +12,8 @@ use crate::clock::monotonic_ns;
 use crate::config::StreamConfig;
 use crate::error::{ConfigError, Error, Result};
 use crate::message::Event;
+use crate::recovery::frame::MAC_LEN;
+use crate::recovery::mac::{load_key, Key, Mac};
 use crate::recovery::{
     Counters, Line, PublishError, PublisherConfig, PublisherCore, SubscriberConfig, SubscriberCore,
 };
@@ -47,6 +49,15 @@ const CONTROL_MAX: usize = 64;
 /// cannot starve the publishing thread.
 const REQUESTS_PER_SERVICE: usize = 64;
 
+/// The stream's key, read from `key_file` when one is configured.
+fn stream_key(name: &str, cfg: &StreamConfig) -> Result<Option<Key>> {
+    if cfg.key_file.is_empty() {
+        return Ok(None);
+    }
+    let key = format!("streams.{name}.key_file");
+    Ok(Some(load_key(std::path::Path::new(&cfg.key_file), &key)?))
+}
+
 fn config_error(channel: &str, e: ConfigError) -> Error {
     Error::Config(ConfigError {
         source_name: channel.into(),
@@ -63,6 +74,8 @@ pub struct DatagramPublisher<L: DatagramLink> {
     autoflush: bool,
     /// The first send error since the last call that could report it.
     failed: Option<Error>,
+    /// Seals every datagram sent, when the stream has a key.
+    mac: Option<Mac>,
 }
 
 impl<L: DatagramLink> DatagramPublisher<L> {
@@ -75,9 +88,12 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             .min()
             .unwrap_or(cfg.max_datagram)
             .min(cfg.max_datagram);
+        let key = stream_key(name, cfg)?;
         let pc = PublisherConfig {
             max_message: cfg.max_message,
-            max_datagram,
+            // Room for the MAC the driver appends.
+            max_datagram: max_datagram - if key.is_some() { MAC_LEN } else { 0 },
+            key,
             retain_messages: cfg.capacity,
             // Room for `capacity` messages of the largest size, within
             // 64 MiB; smaller messages fit more, up to `capacity`.
@@ -99,6 +115,7 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             channel,
             autoflush: cfg.autoflush,
             failed: None,
+            mac: key.map(|k| Mac::new(k, max_datagram)),
         })
     }
 
@@ -130,8 +147,18 @@ fn publish_error(channel: &str, e: PublishError) -> Error {
     }
 }
 
-/// Sends `d` on every line, keeping the first error.
-fn send_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>, d: &[u8]) {
+/// Sends `d` (sealed when there is a key) on every line, keeping the first
+/// error.
+fn send_all<L: DatagramLink>(
+    lines: &mut [L],
+    failed: &mut Option<Error>,
+    mac: &mut Option<Mac>,
+    d: &[u8],
+) {
+    let d = match mac {
+        Some(m) => m.seal(d),
+        None => d,
+    };
     for l in lines.iter_mut() {
         if let Err(e) = l.send_group(d) {
             failed.get_or_insert(e);
@@ -167,13 +194,13 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
         let now = monotonic_ns();
         let ts = (flags & FLAG_TIMESTAMP != 0).then_some(timestamp);
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         let seq = self
             .core
-            .commit_flagged(len, flags, ts, now, |d| send_all(lines, failed, d))
+            .commit_flagged(len, flags, ts, now, |d| send_all(lines, failed, mac, d))
             .map_err(|e| publish_error(&self.channel, e))?;
         if self.autoflush {
-            self.core.flush(now, |d| send_all(lines, failed, d));
+            self.core.flush(now, |d| send_all(lines, failed, mac, d));
             flush_all(lines, failed);
         }
         self.take_failure()?;
@@ -181,17 +208,17 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     }
 
     fn flush(&mut self) -> Result<()> {
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         self.core
-            .flush(monotonic_ns(), |d| send_all(lines, failed, d));
+            .flush(monotonic_ns(), |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         self.take_failure()
     }
 
     fn service(&mut self) -> Result<()> {
         let now = monotonic_ns();
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
-        self.core.tick(now, |d| send_all(lines, failed, d));
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
+        self.core.tick(now, |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         for i in 0..self.lines.len() {
             for _ in 0..REQUESTS_PER_SERVICE {
@@ -208,11 +235,15 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
                 // A datagram longer than a request is cut short here and
                 // then counted by the core as malformed.
                 let len = len.min(CONTROL_MAX);
-                let (line, failed) = (&mut self.lines[i], &mut self.failed);
+                let (line, failed, mac) = (&mut self.lines[i], &mut self.failed, &mut self.mac);
                 // Malformed and over-budget requests are counted by the
                 // core and dropped.
                 let who = L::source_key(&peer);
                 let _ = self.core.on_datagram_from(who, &req[..len], now, |reply| {
+                    let reply = match mac {
+                        Some(m) => m.seal(reply),
+                        None => reply,
+                    };
                     if let Err(e) = line.send_to(peer, reply) {
                         failed.get_or_insert(e);
                     }
@@ -225,9 +256,9 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
 
 impl<L: DatagramLink> Drop for DatagramPublisher<L> {
     fn drop(&mut self) {
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         self.core
-            .close(monotonic_ns(), |d| send_all(lines, failed, d));
+            .close(monotonic_ns(), |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
     }
 }
@@ -238,10 +269,16 @@ struct Pending {
     bufs: [[u8; CONTROL_MAX]; 8],
     lens: [usize; 8],
     n: usize,
+    /// Seals requests, when the stream has a key.
+    mac: Option<Mac>,
 }
 
 impl Pending {
     fn push(&mut self, bytes: &[u8]) {
+        let bytes = match &mut self.mac {
+            Some(m) => m.seal(bytes),
+            None => bytes,
+        };
         if self.n < self.bufs.len() && bytes.len() <= CONTROL_MAX {
             self.bufs[self.n][..bytes.len()].copy_from_slice(bytes);
             self.lens[self.n] = bytes.len();
@@ -296,6 +333,7 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             publisher_timeout: cfg.heartbeat_timeout,
             max_jump: cfg.max_jump,
             confirm: cfg.confirm,
+            key: stream_key(name, cfg)?,
             ..SubscriberConfig::new(stream_id(name))
         };
         let mut core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
@@ -315,6 +353,7 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
                 bufs: [[0; CONTROL_MAX]; 8],
                 lens: [0; 8],
                 n: 0,
+                mac: sc.key.map(|k| Mac::new(k, CONTROL_MAX)),
             },
         })
     }
