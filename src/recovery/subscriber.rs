@@ -519,6 +519,11 @@ impl SubscriberCore {
             self.bound[li] = Some(source);
             self.restart(d.epoch, &d.frame, now, deliver);
         } else {
+            // Anything valid from the bound source breaks another
+            // source's run.
+            if self.streak.source != source {
+                self.streak.n = 0;
+            }
             match self.epoch {
                 Some(e) if d.epoch == e => {
                     if self.far(top) {
