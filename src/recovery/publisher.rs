@@ -866,6 +866,21 @@ mod tests {
     }
 
     #[test]
+    fn the_default_amplification_is_bounded_as_documented() {
+        // docs/WIRE.md: with the defaults a 40-byte request gets at most
+        // about 1,700 times its size back.
+        let mut p = PublisherCore::new(&PublisherConfig::new(5, 77)).unwrap();
+        for _ in 0..5_000 {
+            p.publish(&[3u8; 232], None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let req = request(1, 5_000, 77);
+        let mut bytes = 0usize;
+        p.on_datagram(&req, 1, |d: &[u8]| bytes += d.len()).unwrap();
+        let ratio = bytes / req.len();
+        assert!(bytes > 60_000 && ratio <= 1_700, "{bytes} bytes, {ratio}x");
+    }
+
+    #[test]
     fn heartbeats_only_when_idle_and_end_of_stream_repeats() {
         let mut p = PublisherCore::new(&config()).unwrap();
         let mut out = Vec::new();
