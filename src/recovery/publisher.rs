@@ -75,8 +75,8 @@ impl PublisherConfig {
     /// Defaults for stream `stream_id` and incarnation `epoch`: 1472-byte
     /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
     /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
-    /// request, 100,000 messages per second per requester, 1,000,000 for
-    /// all requesters together (bursts of 8192).
+    /// request, 20,000 messages per second per requester, 100,000 for all
+    /// requesters together (bursts of 8192).
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
             stream_id,
@@ -87,9 +87,9 @@ impl PublisherConfig {
             retain_bytes: 16 << 20,
             heartbeat_interval: Duration::from_millis(10),
             retransmit_burst: 1024,
-            retransmit_rate: 100_000,
+            retransmit_rate: 20_000,
             retransmit_global_burst: 8192,
-            retransmit_global_rate: 1_000_000,
+            retransmit_global_rate: 100_000,
             retransmit_reply_bytes: 64 * 1024,
             key: None,
         }
@@ -521,20 +521,22 @@ impl PublisherCore {
         if start < end {
             // What one reply may hold: `retransmit_burst` messages and
             // `retransmit_reply_bytes`, at least one message.
-            let burst = self.buckets[0].burst;
-            let (mut want, mut bytes) = (0u64, 0usize);
+            // The budgets first: a flood over budget costs a few
+            // comparisons per request, not a walk of the window.
+            let k = requester_slot(requester);
+            let burst = self.buckets[0]
+                .burst
+                .min(self.buckets[k].available(now))
+                .min(self.global.available(now));
+            let (mut granted, mut bytes) = (0u64, 0usize);
             for seq in start..end {
                 let len = self.retained.get(seq).map_or(0, |(_, p)| p.len()) + HEADER_LEN;
-                if want == burst || (want > 0 && bytes + len > self.reply_bytes) {
+                if granted == burst || (granted > 0 && bytes + len > self.reply_bytes) {
                     break;
                 }
                 bytes += len;
-                want += 1;
+                granted += 1;
             }
-            let k = requester_slot(requester);
-            let granted = want
-                .min(self.buckets[k].available(now))
-                .min(self.global.available(now));
             self.buckets[k].take(granted);
             self.global.take(granted);
             self.counters.retransmit_throttled += end - start - granted;
