@@ -78,6 +78,7 @@ fn main() {
     let mut run = |label: &str| {
         let mut h = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
         let before = p.recovery_counters().unwrap();
+        let phase = Instant::now();
         for i in 0..MESSAGES {
             let t = Instant::now();
             let seq = p.publish(&i.to_le_bytes()).unwrap();
@@ -93,9 +94,10 @@ fn main() {
             h.record(t.elapsed().as_nanos() as u64).unwrap();
         }
         let c = p.recovery_counters().unwrap();
+        let secs = phase.elapsed().as_secs_f64();
         println!(
             "{label:<22} p50 {:>7} ns  p99 {:>7} ns  p99.9 {:>8} ns  max {:>9} ns  \
-             requests read {:>7}  over budget {:>7}  messages resent {:>6}",
+             {secs:.2} s  requests read {:>7}  over budget {:>7}  messages resent {:>7}",
             h.value_at_quantile(0.5),
             h.value_at_quantile(0.99),
             h.value_at_quantile(0.999),
