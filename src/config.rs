@@ -243,9 +243,9 @@ impl Default for StreamConfig {
             max_jump: 65_536,
             confirm: 3,
             retransmit_burst: 1024,
-            retransmit_rate: 20_000,
+            retransmit_rate: 100_000,
             retransmit_global_burst: 8192,
-            retransmit_global_rate: 100_000,
+            retransmit_global_rate: 200_000,
             retransmit_reply_bytes: 64 * 1024,
             key_file: String::new(),
         }

@@ -75,7 +75,7 @@ impl PublisherConfig {
     /// Defaults for stream `stream_id` and incarnation `epoch`: 1472-byte
     /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
     /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
-    /// request, 20,000 messages per second per requester, 100,000 for all
+    /// request, 100,000 messages per second per requester, 200,000 for all
     /// requesters together (bursts of 8192).
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
@@ -87,9 +87,9 @@ impl PublisherConfig {
             retain_bytes: 16 << 20,
             heartbeat_interval: Duration::from_millis(10),
             retransmit_burst: 1024,
-            retransmit_rate: 20_000,
+            retransmit_rate: 100_000,
             retransmit_global_burst: 8192,
-            retransmit_global_rate: 100_000,
+            retransmit_global_rate: 200_000,
             retransmit_reply_bytes: 64 * 1024,
             key: None,
         }

@@ -45,9 +45,10 @@ fn reorder_window(cfg: &StreamConfig) -> usize {
 
 /// Requests and replies are small; this bounds the copy of one.
 const CONTROL_MAX: usize = 64;
-/// Retransmit requests handled per `service` call, so a storm of them
-/// cannot starve the publishing thread.
-const REQUESTS_PER_SERVICE: usize = 64;
+/// Retransmit requests read (with one receive call) and handled per line
+/// per `service` call, so a storm of them cannot starve the publishing
+/// thread; the kernel drops what a flood adds beyond.
+const REQUESTS_PER_SERVICE: usize = 16;
 
 /// The stream's key, read from `key_file` when one is configured.
 fn stream_key(name: &str, cfg: &StreamConfig) -> Result<Option<Key>> {
@@ -221,17 +222,22 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
         self.core.tick(now, |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         for i in 0..self.lines.len() {
-            for _ in 0..REQUESTS_PER_SERVICE {
-                // Copy the (small) request out so the link is free to send
-                // the replies.
-                let mut req = [0u8; CONTROL_MAX];
-                let mut got: Option<(L::Peer, usize)> = None;
-                self.lines[i].poll(1, &mut |peer, bytes: &[u8]| {
+            // One receive call for the batch; the (small) requests are
+            // copied out so the link is free to send the replies.
+            let mut reqs = [[0u8; CONTROL_MAX]; REQUESTS_PER_SERVICE];
+            let mut got: [Option<(L::Peer, usize)>; REQUESTS_PER_SERVICE] =
+                [None; REQUESTS_PER_SERVICE];
+            let mut k = 0;
+            self.lines[i].poll(REQUESTS_PER_SERVICE, &mut |peer, bytes: &[u8]| {
+                if k < REQUESTS_PER_SERVICE {
                     let n = bytes.len().min(CONTROL_MAX);
-                    req[..n].copy_from_slice(&bytes[..n]);
-                    got = Some((peer, bytes.len()));
-                })?;
-                let Some((peer, len)) = got else { break };
+                    reqs[k][..n].copy_from_slice(&bytes[..n]);
+                    got[k] = Some((peer, bytes.len()));
+                    k += 1;
+                }
+            })?;
+            for (req, got) in reqs.iter().zip(&got).take(k) {
+                let Some((peer, len)) = *got else { break };
                 // A datagram longer than a request is cut short here and
                 // then counted by the core as malformed.
                 let len = len.min(CONTROL_MAX);
