@@ -593,6 +593,11 @@ impl SubscriberCore {
             }
             _ => None,
         };
+        if claim.is_none() && live {
+            // Claims must follow each other: any other live datagram
+            // between breaks a pair.
+            self.claim = None;
+        }
         if let Some(c) = claim {
             if self.claim != Some(c) && self.confirm > 1 {
                 self.claim = Some(c);
