@@ -426,18 +426,20 @@ impl PublisherCore {
         }
     }
 
-    /// Ends the stream: flushes and sends the end-of-stream marker (twice),
-    /// which
+    /// Ends the stream: flushes and sends the end-of-stream marker (three
+    /// times), which
     /// [`tick`](Self::tick) repeats at the heartbeat interval so that a
     /// subscriber that lost it still learns. Retransmit requests are still
     /// answered.
     pub fn close<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
         self.flush(now, &mut emit);
         self.closed = true;
-        // Twice: subscribers believe an end of stream once a second marker
-        // agrees, and a publisher that is dropped now sends no more.
-        self.control_datagram(Kind::EndOfStream, now, &mut emit);
-        self.control_datagram(Kind::EndOfStream, now, &mut emit);
+        // Three times: subscribers believe an end of stream once a second
+        // marker follows it, and a publisher that is dropped now sends no
+        // more; any one of the three may be lost.
+        for _ in 0..3 {
+            self.control_datagram(Kind::EndOfStream, now, &mut emit);
+        }
     }
 
     /// Handles a datagram from a subscriber (a retransmit request). What
@@ -905,6 +907,7 @@ mod tests {
         assert_eq!(
             seqs(&out),
             vec![
+                (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1])
