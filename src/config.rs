@@ -178,6 +178,44 @@ pub struct StreamConfig {
     /// system calls when messages come in bursts (a feed handler flushes
     /// once per inbound packet).
     pub autoflush: bool,
+    /// udp: the publisher's unicast address on line A, as
+    /// `"10.0.0.1:41000"`. The publisher sends from (and takes retransmit
+    /// requests at) this address; subscribers accept line A's datagrams
+    /// from it alone. Empty: the publisher uses an ephemeral port and each
+    /// subscriber binds to the first source it hears (a change of source
+    /// must then be confirmed, see `confirm`).
+    pub source: String,
+    /// udp: the same for line B.
+    pub source_b: String,
+    /// Subscribers: the largest step ahead of the highest sequence seen
+    /// that a datagram is believed at once; a larger one needs `confirm`
+    /// consecutive datagrams that agree.
+    pub max_jump: u64,
+    /// Subscribers: consecutive datagrams from one source that must agree
+    /// before a new publisher epoch, a jump beyond `max_jump` or a new
+    /// source is believed (heartbeats and end-of-stream markers announcing
+    /// new messages, and not-available replies, need two). 1 believes the
+    /// first one.
+    pub confirm: u32,
+    /// Publishers: most messages resent in answer to one request, and the
+    /// size of each requester's retransmission budget.
+    pub retransmit_burst: u32,
+    /// Publishers: messages per second each requester's budget refills.
+    pub retransmit_rate: u64,
+    /// Publishers: size of the retransmission budget all requesters share,
+    /// in messages.
+    pub retransmit_global_burst: u32,
+    /// Publishers: messages per second the shared budget refills.
+    pub retransmit_global_rate: u64,
+    /// Publishers: most bytes of messages resent in answer to one 40-byte
+    /// request (at least one message is sent), which bounds the
+    /// amplification a spoofed request can get.
+    pub retransmit_reply_bytes: usize,
+    /// Datagram transports: a file holding the stream's 32-byte key (64
+    /// hexadecimal digits, or raw), owned by the user and mode 0600. With
+    /// a key, every datagram carries a MAC; datagrams without one, or with
+    /// a wrong one, are dropped and counted. Empty: no authentication.
+    pub key_file: String,
 }
 
 impl Default for StreamConfig {
@@ -200,6 +238,16 @@ impl Default for StreamConfig {
             retransmit_timeout: Duration::from_millis(10),
             retransmit_retries: 10,
             autoflush: true,
+            source: String::new(),
+            source_b: String::new(),
+            max_jump: 65_536,
+            confirm: 3,
+            retransmit_burst: 1024,
+            retransmit_rate: 100_000,
+            retransmit_global_burst: 8192,
+            retransmit_global_rate: 200_000,
+            retransmit_reply_bytes: 64 * 1024,
+            key_file: String::new(),
         }
     }
 }
@@ -414,6 +462,34 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
             return Err((
                 format!("{key}.{field}"),
                 format!("`{value}` is not a local IPv4 address such as 10.0.0.1"),
+            ));
+        }
+    }
+    for (field, value) in [("source", &s.source), ("source_b", &s.source_b)] {
+        match value.parse::<std::net::SocketAddrV4>() {
+            _ if value.is_empty() => {}
+            Ok(a) if !a.ip().is_multicast() && !a.ip().is_unspecified() && a.port() != 0 => {}
+            _ => {
+                return Err((
+                    format!("{key}.{field}"),
+                    format!(
+                        "`{value}` is not a unicast IPv4 address and port such as 10.0.0.1:41000"
+                    ),
+                ))
+            }
+        }
+    }
+    for (field, value) in [
+        ("confirm", s.confirm as u64),
+        ("retransmit_burst", s.retransmit_burst as u64),
+        ("retransmit_global_burst", s.retransmit_global_burst as u64),
+        ("retransmit_reply_bytes", s.retransmit_reply_bytes as u64),
+        ("max_jump", s.max_jump),
+    ] {
+        if value == 0 {
+            return Err((
+                format!("{key}.{field}"),
+                "0 is not allowed: at least 1".into(),
             ));
         }
     }

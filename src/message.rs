@@ -74,4 +74,19 @@ pub enum Event<'a> {
         /// The new incarnation's epoch.
         epoch: u64,
     },
+    /// Upstream loss, not loss on this stream: the publisher (a feed
+    /// relay) tells its subscribers that messages `from..to` (end
+    /// exclusive) of *its own source feed*, numbered in that feed's
+    /// sequence space, never reached it and cannot be filled. The notice
+    /// travels in-band as one stream message (it takes one stream sequence
+    /// number and is recovered like any message), so it arrives exactly
+    /// once, in order, between the messages published before and after
+    /// it. Unlike [`Event::Gap`] and [`Event::Overrun`], nothing of this
+    /// stream was lost.
+    SourceGap {
+        /// First feed sequence the publisher never received.
+        from: u64,
+        /// Feed sequence the publisher's input resumed at.
+        to: u64,
+    },
 }

@@ -36,7 +36,7 @@ use crate::transport::shm::{ShmPublisher, ShmSubscriber};
 use crate::transport::udp::UdpLink;
 use crate::transport::verbs::UdLink;
 use crate::transport::{StreamReceive, StreamSend};
-use crate::wire::FLAG_TIMESTAMP;
+use crate::wire::{FLAG_SOURCE_GAP, FLAG_TIMESTAMP};
 
 /// The transport a publisher runs on.
 #[derive(Debug)]
@@ -170,12 +170,41 @@ impl Publisher {
         with_pub!(&mut self.inner, t => t.service())
     }
 
+    /// Tells subscribers that messages `from..to` (end exclusive) of this
+    /// publisher's own upstream feed were lost before they reached it and
+    /// cannot be filled. The notice is one message of the stream (it takes
+    /// the returned sequence number and is recovered like any message);
+    /// subscribers receive it as [`Event::SourceGap`](crate::Event::SourceGap)
+    /// in its place. Needs `max_message` of at least 16 bytes.
+    pub fn publish_source_gap(&mut self, from: u64, to: u64) -> Result<u64> {
+        if from >= to {
+            return Err(Error::Protocol {
+                channel: format!("stream `{}`", self.name),
+                peer: "this publisher".into(),
+                reason: format!(
+                    "a source gap is a non-empty range from..to; {from}..{to} is empty"
+                ),
+            });
+        }
+        let len = {
+            let mut c = self.claim(crate::wire::SOURCE_GAP_LEN)?;
+            c.copy_from_slice(&crate::wire::source_gap(from, to));
+            c.len
+        };
+        self.commit_flags(len, crate::wire::FLAG_SOURCE_GAP, None)
+    }
+
     #[inline]
     fn commit(&mut self, len: usize, timestamp: Option<u64>) -> Result<u64> {
+        self.commit_flags(len, 0, timestamp)
+    }
+
+    #[inline]
+    fn commit_flags(&mut self, len: usize, extra: u32, timestamp: Option<u64>) -> Result<u64> {
         let ts = timestamp.or_else(|| self.stamp.then(crate::clock::now_ns));
         let (flags, ts) = match ts {
-            Some(t) => (FLAG_TIMESTAMP, t),
-            None => (0, 0),
+            Some(t) => (FLAG_TIMESTAMP | extra, t),
+            None => (extra, 0),
         };
         let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts))?;
         self.published += 1;
@@ -247,6 +276,11 @@ pub struct SubscriberStats {
     pub gaps: u64,
     /// Messages lost in unrecoverable gaps.
     pub gap_messages: u64,
+    /// [`Event::SourceGap`]s delivered (upstream loss the publisher
+    /// reported; not loss on this stream).
+    pub source_gaps: u64,
+    /// Upstream messages those source gaps cover.
+    pub source_gap_messages: u64,
 }
 
 /// A subscriber of a stream. `Send`, not `Sync`: one thread owns it.
@@ -297,6 +331,20 @@ impl Subscriber {
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, mut f: F) -> Result<usize> {
         let stats = &mut self.stats;
         let mut counted = |e: Event<'_>| {
+            let e = match e {
+                Event::Message(m) if m.flags & FLAG_SOURCE_GAP != 0 => {
+                    match crate::wire::parse_source_gap(m.payload) {
+                        Some((from, to)) => Event::SourceGap { from, to },
+                        // A notice that holds no range still took its
+                        // sequence number: reported as that message lost.
+                        None => Event::Gap {
+                            from: m.seq,
+                            to: m.seq + 1,
+                        },
+                    }
+                }
+                e => e,
+            };
             match e {
                 Event::Message(_) => stats.received += 1,
                 Event::Overrun { from, to } => {
@@ -306,6 +354,10 @@ impl Subscriber {
                 Event::Gap { from, to } => {
                     stats.gaps += 1;
                     stats.gap_messages += to - from;
+                }
+                Event::SourceGap { from, to } => {
+                    stats.source_gaps += 1;
+                    stats.source_gap_messages += to - from;
                 }
                 _ => {}
             }

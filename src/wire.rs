@@ -28,8 +28,41 @@ pub const FLAG_CLOSE: u32 = 1 << 2;
 /// Session control (byte-stream transports): a credit update; `seq` holds
 /// the number of messages the sender has consumed so far; no payload.
 pub const FLAG_CREDIT: u32 = 1 << 3;
+/// Streams: the message is a source-gap notice, not application data: its
+/// 16-byte payload ([`source_gap`]) names a range of the publisher's own
+/// upstream feed that was lost before it reached the publisher. Subscribers
+/// turn it into [`Event::SourceGap`](crate::Event::SourceGap).
+pub const FLAG_SOURCE_GAP: u32 = 1 << 4;
 /// Flags this version defines; others must be zero.
-pub const KNOWN_FLAGS: u32 = FLAG_TIMESTAMP | FLAG_HELLO | FLAG_CLOSE | FLAG_CREDIT;
+pub const KNOWN_FLAGS: u32 =
+    FLAG_TIMESTAMP | FLAG_HELLO | FLAG_CLOSE | FLAG_CREDIT | FLAG_SOURCE_GAP;
+
+/// Bytes of a source-gap payload.
+pub const SOURCE_GAP_LEN: usize = 16;
+
+/// Payload of a source-gap notice: the upstream range `from..to` (end
+/// exclusive), two little-endian u64s.
+///
+/// ```
+/// let p = mdbus::wire::source_gap(100, 105);
+/// assert_eq!(mdbus::wire::parse_source_gap(&p), Some((100, 105)));
+/// assert_eq!(mdbus::wire::parse_source_gap(&p[..15]), None);
+/// ```
+pub fn source_gap(from: u64, to: u64) -> [u8; SOURCE_GAP_LEN] {
+    let mut b = [0u8; SOURCE_GAP_LEN];
+    b[..8].copy_from_slice(&from.to_le_bytes());
+    b[8..].copy_from_slice(&to.to_le_bytes());
+    b
+}
+
+/// Reads a source-gap payload: `None` unless it is 16 bytes holding a
+/// non-empty range.
+pub fn parse_source_gap(p: &[u8]) -> Option<(u64, u64)> {
+    let b: &[u8; SOURCE_GAP_LEN] = p.try_into().ok()?;
+    let from = u64::from_le_bytes(b[..8].try_into().ok()?);
+    let to = u64::from_le_bytes(b[8..].try_into().ok()?);
+    (from < to).then_some((from, to))
+}
 
 /// Payload of a session hello: a magic and version, the sender's largest
 /// message, how many messages it can hold unread (the credits it grants),

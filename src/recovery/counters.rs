@@ -39,6 +39,22 @@ pub struct Drops {
     pub unsolicited: u64,
     /// [`DropReason::ReassemblyFull`].
     pub reassembly_full: u64,
+    /// [`DropReason::ForeignSource`].
+    pub foreign_source: u64,
+    /// [`DropReason::ImplausibleEpoch`].
+    pub implausible_epoch: u64,
+    /// [`DropReason::ImplausibleJump`].
+    pub implausible_jump: u64,
+    /// [`DropReason::UnconfirmedClaim`].
+    pub unconfirmed_claim: u64,
+    /// [`DropReason::UnconfirmedNotAvailable`].
+    pub unconfirmed_not_available: u64,
+    /// [`DropReason::BadMac`].
+    pub bad_mac: u64,
+    /// [`DropReason::Unauthenticated`].
+    pub unauthenticated: u64,
+    /// [`DropReason::OverBudget`].
+    pub over_budget: u64,
 }
 
 impl Drops {
@@ -56,22 +72,7 @@ impl Drops {
 
     /// Drops of every reason.
     pub fn total(&self) -> u64 {
-        self.truncated
-            + self.bad_magic
-            + self.bad_version
-            + self.bad_kind
-            + self.oversize
-            + self.bad_length
-            + self.bad_count
-            + self.bad_sequence
-            + self.bad_flags
-            + self.bad_fragment
-            + self.too_large
-            + self.other_stream
-            + self.old_epoch
-            + self.unexpected_kind
-            + self.unsolicited
-            + self.reassembly_full
+        DropReason::ALL.iter().map(|r| self.get(*r)).sum()
     }
 
     fn field(&mut self, reason: DropReason) -> &mut u64 {
@@ -92,6 +93,14 @@ impl Drops {
             DropReason::UnexpectedKind => &mut self.unexpected_kind,
             DropReason::Unsolicited => &mut self.unsolicited,
             DropReason::ReassemblyFull => &mut self.reassembly_full,
+            DropReason::ForeignSource => &mut self.foreign_source,
+            DropReason::ImplausibleEpoch => &mut self.implausible_epoch,
+            DropReason::ImplausibleJump => &mut self.implausible_jump,
+            DropReason::UnconfirmedClaim => &mut self.unconfirmed_claim,
+            DropReason::UnconfirmedNotAvailable => &mut self.unconfirmed_not_available,
+            DropReason::BadMac => &mut self.bad_mac,
+            DropReason::Unauthenticated => &mut self.unauthenticated,
+            DropReason::OverBudget => &mut self.over_budget,
         }
     }
 }
@@ -180,24 +189,7 @@ mod tests {
 
     #[test]
     fn every_reason_has_its_own_counter() {
-        let all = [
-            DropReason::Truncated,
-            DropReason::BadMagic,
-            DropReason::BadVersion,
-            DropReason::BadKind,
-            DropReason::Oversize,
-            DropReason::BadLength,
-            DropReason::BadCount,
-            DropReason::BadSequence,
-            DropReason::BadFlags,
-            DropReason::BadFragment,
-            DropReason::TooLarge,
-            DropReason::OtherStream,
-            DropReason::OldEpoch,
-            DropReason::UnexpectedKind,
-            DropReason::Unsolicited,
-            DropReason::ReassemblyFull,
-        ];
+        let all = DropReason::ALL;
         let mut d = Drops::default();
         for (i, r) in all.iter().enumerate() {
             for _ in 0..=i {

@@ -42,6 +42,10 @@ pub const MIN_DATAGRAM: usize = 128;
 pub const MAX_DATAGRAM: usize = 65_507;
 /// Most fragments one message may be split into (the field is 16 bits).
 pub const MAX_FRAGMENTS: usize = u16::MAX as usize;
+/// Bit of the `kind` byte saying the datagram ends with a MAC.
+pub const KIND_MAC: u8 = 0x80;
+/// Bytes of the MAC at the end of an authenticated datagram.
+pub const MAC_LEN: usize = 16;
 /// Highest sequence number a datagram may mention. Far beyond any real
 /// stream (2^62), it keeps every `seq + window` sum of the cores clear of
 /// overflow.
@@ -141,6 +145,68 @@ pub enum DropReason {
     /// message; it will be requested again.
     #[error("no free reassembly buffer")]
     ReassemblyFull,
+    /// Not from the source this subscriber is bound to (and not, or not
+    /// yet, confirmed as its replacement).
+    #[error("datagram from a source other than the bound publisher")]
+    ForeignSource,
+    /// A new publisher epoch not yet confirmed by enough consecutive
+    /// datagrams that agree.
+    #[error("new epoch not confirmed")]
+    ImplausibleEpoch,
+    /// A sequence far beyond the stream's (more than `max_jump`, or beyond
+    /// the reorder window) not yet confirmed by enough consecutive
+    /// datagrams that agree.
+    #[error("sequence jump not confirmed")]
+    ImplausibleJump,
+    /// A heartbeat or end-of-stream marker announcing messages not yet
+    /// seen, waiting for a second one that agrees before it is believed
+    /// (the datagram still shows the publisher alive).
+    #[error("heartbeat or end of stream not yet confirmed")]
+    UnconfirmedClaim,
+    /// A not-available reply for messages not asked for, or the first one
+    /// for a range (believed when the repeated request gets it again).
+    #[error("not-available reply not confirmed")]
+    UnconfirmedNotAvailable,
+    /// The datagram's MAC does not match the stream key.
+    #[error("message authentication code does not match")]
+    BadMac,
+    /// No MAC on a stream configured with a key.
+    #[error("datagram without a message authentication code")]
+    Unauthenticated,
+    /// A retransmit request beyond the requester's or the publisher's
+    /// retransmission budget.
+    #[error("retransmit request over budget")]
+    OverBudget,
+}
+
+impl DropReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [DropReason; 24] = [
+        DropReason::Truncated,
+        DropReason::BadMagic,
+        DropReason::BadVersion,
+        DropReason::BadKind,
+        DropReason::Oversize,
+        DropReason::BadLength,
+        DropReason::BadCount,
+        DropReason::BadSequence,
+        DropReason::BadFlags,
+        DropReason::BadFragment,
+        DropReason::TooLarge,
+        DropReason::OtherStream,
+        DropReason::OldEpoch,
+        DropReason::UnexpectedKind,
+        DropReason::Unsolicited,
+        DropReason::ReassemblyFull,
+        DropReason::ForeignSource,
+        DropReason::ImplausibleEpoch,
+        DropReason::ImplausibleJump,
+        DropReason::UnconfirmedClaim,
+        DropReason::UnconfirmedNotAvailable,
+        DropReason::BadMac,
+        DropReason::Unauthenticated,
+        DropReason::OverBudget,
+    ];
 }
 
 /// The fixed header of a datagram.
@@ -408,7 +474,18 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Datagram<'a>, DropRe
     if length != buf.len() {
         return Err(DropReason::BadLength);
     }
-    let kind = Kind::from_byte(buf[5]).ok_or(DropReason::BadKind)?;
+    // A MAC, when the kind byte says there is one, is the last MAC_LEN
+    // bytes; whoever holds the key has checked it before this (see
+    // `super::mac`), and the rest is decoded without it.
+    let (kind, buf) = if buf[5] & KIND_MAC != 0 {
+        if buf.len() < DATAGRAM_HEADER_LEN + MAC_LEN {
+            return Err(DropReason::Truncated);
+        }
+        (buf[5] & !KIND_MAC, &buf[..buf.len() - MAC_LEN])
+    } else {
+        (buf[5], buf)
+    };
+    let kind = Kind::from_byte(kind).ok_or(DropReason::BadKind)?;
     if u32_at(buf, 8) != limits.stream_id {
         return Err(DropReason::OtherStream);
     }

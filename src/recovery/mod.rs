@@ -48,6 +48,7 @@
 
 pub mod counters;
 pub mod frame;
+pub mod mac;
 mod packer;
 pub mod publisher;
 mod reassembly;
@@ -62,6 +63,7 @@ mod sim;
 
 pub use counters::{Counters, Drops};
 pub use frame::DropReason;
+pub use mac::Mac;
 pub use publisher::{PublishError, PublisherConfig, PublisherCore};
 pub use subscriber::{Line, SubscriberConfig, SubscriberCore};
 

@@ -21,10 +21,11 @@ use super::frame::{
     self, DropReason, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM, MAX_FRAGMENTS,
     MIN_DATAGRAM,
 };
+use super::mac::{Key, Mac};
 use super::packer::Packer;
 use super::retained::Retained;
 use crate::error::ConfigError;
-use crate::wire::FLAG_TIMESTAMP;
+use crate::wire::{FLAG_TIMESTAMP, HEADER_LEN, KNOWN_FLAGS};
 
 /// Settings of a [`PublisherCore`]. Memory: `retain_bytes` plus 24 bytes
 /// per retained message plus two datagrams, all allocated at construction.
@@ -47,18 +48,35 @@ pub struct PublisherConfig {
     pub retain_bytes: usize,
     /// Idle time after which a heartbeat is sent.
     pub heartbeat_interval: Duration,
-    /// Most messages resent in answer to one request, and the size of the
-    /// retransmit token bucket.
+    /// Most messages resent in answer to one request, and the size of each
+    /// requester's token bucket.
     pub retransmit_burst: u32,
-    /// Messages per second the token bucket refills; 0 means no rate limit
-    /// beyond `retransmit_burst` per request.
+    /// Messages per second each requester's bucket refills; 0 means no
+    /// rate limit beyond `retransmit_burst` per request.
     pub retransmit_rate: u64,
+    /// Size of the bucket all requesters share, in messages.
+    pub retransmit_global_burst: u32,
+    /// Messages per second the shared bucket refills; 0 means no limit
+    /// beyond `retransmit_global_burst` per request.
+    pub retransmit_global_rate: u64,
+    /// Most bytes of retransmitted messages (headers included) sent in
+    /// answer to one request; at least one message is always sent. With
+    /// 40-byte requests this bounds the amplification to
+    /// `max(retransmit_reply_bytes, max_message)` / 40 plus datagram
+    /// headers.
+    pub retransmit_reply_bytes: usize,
+    /// Stream key: when set, requests must carry a MAC made with it (see
+    /// [`mac`](super::mac)), checked before anything else. The driver
+    /// seals what the publisher sends.
+    pub key: Option<Key>,
 }
 
 impl PublisherConfig {
     /// Defaults for stream `stream_id` and incarnation `epoch`: 1472-byte
     /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
-    /// heartbeats every 10 ms, 1024 messages per request, no rate limit.
+    /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
+    /// request, 100,000 messages per second per requester, 200,000 for all
+    /// requesters together (bursts of 8192).
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
             stream_id,
@@ -69,7 +87,11 @@ impl PublisherConfig {
             retain_bytes: 16 << 20,
             heartbeat_interval: Duration::from_millis(10),
             retransmit_burst: 1024,
-            retransmit_rate: 0,
+            retransmit_rate: 100_000,
+            retransmit_global_burst: 8192,
+            retransmit_global_rate: 200_000,
+            retransmit_reply_bytes: 64 * 1024,
+            key: None,
         }
     }
 
@@ -117,6 +139,18 @@ impl PublisherConfig {
         if self.retransmit_burst == 0 {
             return err("retransmit_burst", "0 is not allowed: at least 1".into());
         }
+        if self.retransmit_global_burst == 0 {
+            return err(
+                "retransmit_global_burst",
+                "0 is not allowed: at least 1".into(),
+            );
+        }
+        if self.retransmit_reply_bytes == 0 {
+            return err(
+                "retransmit_reply_bytes",
+                "0 is not allowed: at least 1".into(),
+            );
+        }
         Ok(())
     }
 }
@@ -154,11 +188,33 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// Takes up to `want` tokens; returns how many it got.
-    fn take(&mut self, want: u64, now: u64) -> u64 {
-        if self.rate == 0 {
-            return want.min(self.burst);
+    fn full(burst: u64, rate: u64) -> TokenBucket {
+        TokenBucket {
+            burst,
+            rate,
+            tokens: burst,
+            credited_to: 0,
         }
+    }
+
+    /// Tokens there are now.
+    fn available(&mut self, now: u64) -> u64 {
+        if self.rate == 0 {
+            return self.burst;
+        }
+        self.refill(now);
+        self.tokens
+    }
+
+    /// Takes `n` tokens, which [`available`](Self::available) said are
+    /// there.
+    fn take(&mut self, n: u64) {
+        if self.rate != 0 {
+            self.tokens -= n.min(self.tokens);
+        }
+    }
+
+    fn refill(&mut self, now: u64) {
         let elapsed = now.saturating_sub(self.credited_to) as u128;
         let add = (elapsed * self.rate as u128 / 1_000_000_000) as u64;
         if add > 0 {
@@ -169,10 +225,16 @@ impl TokenBucket {
                 self.credited_to = now;
             }
         }
-        let n = want.min(self.tokens);
-        self.tokens -= n;
-        n
     }
+}
+
+/// Requester buckets; requesters whose keys hash alike share one, which
+/// only ever makes the limit stricter.
+const REQUESTER_BUCKETS: usize = 256;
+
+fn requester_slot(key: u64) -> usize {
+    // Fibonacci hashing: the top bits of the product mix every key bit.
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % REQUESTER_BUCKETS
 }
 
 /// The publisher's protocol state. One thread owns it: every method takes
@@ -191,7 +253,11 @@ pub struct PublisherCore {
     /// request never flushes a half-full live datagram.
     resend: Packer,
     control: [u8; DATAGRAM_HEADER_LEN],
-    bucket: TokenBucket,
+    /// Per requester (hashed), then shared by all.
+    buckets: Box<[TokenBucket]>,
+    global: TokenBucket,
+    reply_bytes: usize,
+    mac: Option<Mac>,
     /// When the last datagram went out on the stream's lines (not replies).
     last_sent: Option<u64>,
     closed: bool,
@@ -217,12 +283,15 @@ impl PublisherCore {
             live: Packer::new(Kind::Data, cfg.stream_id, cfg.epoch, d),
             resend: Packer::new(Kind::Retransmit, cfg.stream_id, cfg.epoch, d),
             control: [0; DATAGRAM_HEADER_LEN],
-            bucket: TokenBucket {
-                burst: cfg.retransmit_burst as u64,
-                rate: cfg.retransmit_rate,
-                tokens: cfg.retransmit_burst as u64,
-                credited_to: 0,
-            },
+            buckets: (0..REQUESTER_BUCKETS)
+                .map(|_| TokenBucket::full(cfg.retransmit_burst as u64, cfg.retransmit_rate))
+                .collect(),
+            global: TokenBucket::full(
+                cfg.retransmit_global_burst as u64,
+                cfg.retransmit_global_rate,
+            ),
+            reply_bytes: cfg.retransmit_reply_bytes,
+            mac: cfg.key.map(|k| Mac::new(k, 0)),
             last_sent: None,
             closed: false,
             counters: Counters::default(),
@@ -284,14 +353,29 @@ impl PublisherCore {
         len: usize,
         timestamp: Option<u64>,
         now: u64,
+        emit: E,
+    ) -> Result<u64, PublishError> {
+        self.commit_flagged(len, 0, timestamp, now, emit)
+    }
+
+    /// [`commit`](Self::commit) with message flags (such as
+    /// [`FLAG_SOURCE_GAP`](crate::wire::FLAG_SOURCE_GAP)) carried to the
+    /// subscribers; the timestamp flag follows `timestamp`.
+    pub fn commit_flagged<E: FnMut(&[u8])>(
+        &mut self,
+        len: usize,
+        flags: u32,
+        timestamp: Option<u64>,
+        now: u64,
         mut emit: E,
     ) -> Result<u64, PublishError> {
         if self.closed {
             return Err(PublishError::Closed);
         }
+        let flags = flags & KNOWN_FLAGS & !FLAG_TIMESTAMP;
         let (flags, ts) = match timestamp {
-            Some(t) => (FLAG_TIMESTAMP, t),
-            None => (0, 0),
+            Some(t) => (flags | FLAG_TIMESTAMP, t),
+            None => (flags, 0),
         };
         let seq = self
             .retained
@@ -342,14 +426,20 @@ impl PublisherCore {
         }
     }
 
-    /// Ends the stream: flushes and sends the end-of-stream marker, which
+    /// Ends the stream: flushes and sends the end-of-stream marker (three
+    /// times), which
     /// [`tick`](Self::tick) repeats at the heartbeat interval so that a
     /// subscriber that lost it still learns. Retransmit requests are still
     /// answered.
     pub fn close<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
         self.flush(now, &mut emit);
         self.closed = true;
-        self.control_datagram(Kind::EndOfStream, now, &mut emit);
+        // Three times: subscribers believe an end of stream once a second
+        // marker follows it, and a publisher that is dropped now sends no
+        // more; any one of the three may be lost.
+        for _ in 0..3 {
+            self.control_datagram(Kind::EndOfStream, now, &mut emit);
+        }
     }
 
     /// Handles a datagram from a subscriber (a retransmit request). What
@@ -361,10 +451,26 @@ impl PublisherCore {
         &mut self,
         datagram: &[u8],
         now: u64,
+        reply: R,
+    ) -> Result<(), DropReason> {
+        self.on_datagram_from(0, datagram, now, reply)
+    }
+
+    /// [`on_datagram`](Self::on_datagram) for a request from `requester`
+    /// (any value that identifies the sender, such as a hash of its
+    /// address): each requester has its own retransmission budget
+    /// (`retransmit_burst`, `retransmit_rate`) within the one all share
+    /// (`retransmit_global_burst`, `retransmit_global_rate`). A request
+    /// that gets nothing is dropped as [`DropReason::OverBudget`].
+    pub fn on_datagram_from<R: FnMut(&[u8])>(
+        &mut self,
+        requester: u64,
+        datagram: &[u8],
+        now: u64,
         mut reply: R,
     ) -> Result<(), DropReason> {
         self.counters.datagrams_received += 1;
-        let result = self.handle(datagram, now, &mut reply);
+        let result = self.handle(requester, datagram, now, &mut reply);
         if let Err(r) = result {
             self.counters.drops.record(r);
         }
@@ -373,10 +479,14 @@ impl PublisherCore {
 
     fn handle<R: FnMut(&[u8])>(
         &mut self,
+        requester: u64,
         datagram: &[u8],
         now: u64,
         reply: &mut R,
     ) -> Result<(), DropReason> {
+        if let Some(mac) = &self.mac {
+            mac.verify(datagram)?;
+        }
         let d = frame::decode(datagram, &self.limits)?;
         let Frame::Request { from, count } = d.frame else {
             return Err(DropReason::UnexpectedKind);
@@ -411,8 +521,30 @@ impl PublisherCore {
         }
         let start = from.max(oldest);
         if start < end {
-            let granted = self.bucket.take(end - start, now);
+            // What one reply may hold: `retransmit_burst` messages and
+            // `retransmit_reply_bytes`, at least one message.
+            // The budgets first: a flood over budget costs a few
+            // comparisons per request, not a walk of the window.
+            let k = requester_slot(requester);
+            let burst = self.buckets[0]
+                .burst
+                .min(self.buckets[k].available(now))
+                .min(self.global.available(now));
+            let (mut granted, mut bytes) = (0u64, 0usize);
+            for seq in start..end {
+                let len = self.retained.get(seq).map_or(0, |(_, p)| p.len()) + HEADER_LEN;
+                if granted == burst || (granted > 0 && bytes + len > self.reply_bytes) {
+                    break;
+                }
+                bytes += len;
+                granted += 1;
+            }
+            self.buckets[k].take(granted);
+            self.global.take(granted);
             self.counters.retransmit_throttled += end - start - granted;
+            if granted == 0 {
+                return Err(DropReason::OverBudget);
+            }
             let mut sent = 0;
             for seq in start..start + granted {
                 if let Some((h, payload)) = self.retained.get(seq) {
@@ -630,13 +762,126 @@ mod tests {
         p.on_datagram(&request(1, 8, 77), 1_000_000_000, &mut count)
             .unwrap();
         // Bucket empty: nothing until it refills.
-        p.on_datagram(&request(4, 5, 77), 1_000_000_000, &mut count)
-            .unwrap();
+        assert_eq!(
+            p.on_datagram(&request(4, 5, 77), 1_000_000_000, &mut count),
+            Err(DropReason::OverBudget)
+        );
         p.on_datagram(&request(4, 5, 77), 1_002_000_000, &mut count)
             .unwrap();
         // 3 at once, none while the bucket is empty, 2 after 2 ms.
         assert_eq!(n, 5);
         assert_eq!(p.counters().retransmit_throttled, 5 + 5 + 3);
+    }
+
+    #[test]
+    fn a_flood_from_many_requesters_is_held_to_the_shared_budget() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            retransmit_burst: 8,
+            retransmit_rate: 1000,
+            retransmit_global_burst: 50,
+            retransmit_global_rate: 10_000, // one per 100 µs
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..16 {
+            p.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let mut n = 0u64;
+        let mut count = |d: &[u8]| {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                n += messages.len() as u64;
+            }
+        };
+        // 10,000 spoofed requesters, one request each, all at once.
+        let mut over = 0;
+        for who in 0..10_000u64 {
+            if p.on_datagram_from(who, &request(1, 16, 77), 1, &mut count)
+                == Err(DropReason::OverBudget)
+            {
+                over += 1;
+            }
+        }
+        assert_eq!(n, 50, "the shared burst");
+        assert_eq!(p.counters().drops.over_budget, over);
+        assert!(over >= 10_000 - 50 / 8 - 1);
+        // One requester alone gets its own burst only, and no more until
+        // its bucket refills, even when the shared one could give more.
+        let mut q = PublisherCore::new(&PublisherConfig {
+            retransmit_burst: 8,
+            retransmit_rate: 1000,
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..16 {
+            q.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        n = 0;
+        let mut count = |d: &[u8]| {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                n += messages.len() as u64;
+            }
+        };
+        for _ in 0..100 {
+            let _ = q.on_datagram_from(7, &request(1, 16, 77), 1, &mut count);
+        }
+        assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn one_reply_is_bounded_in_bytes() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            retransmit_reply_bytes: 1000,
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..32 {
+            p.publish(&[1u8; 100], None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let mut bytes = 0usize;
+        let mut msgs = 0u64;
+        p.on_datagram(&request(1, 32, 77), 1, |d: &[u8]| {
+            bytes += d.len();
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                msgs += messages.len() as u64;
+            }
+        })
+        .unwrap();
+        // 124 bytes per message: 8 fit in 1000.
+        assert_eq!(msgs, 8);
+        // Plus a datagram header per datagram (one message each at 256
+        // bytes) and the not-available notice for what is no longer kept.
+        assert!(bytes <= 1000 + 9 * DATAGRAM_HEADER_LEN, "{bytes}");
+        // A message larger than the cap still goes, alone.
+        let mut big = PublisherCore::new(&PublisherConfig {
+            retransmit_reply_bytes: 10,
+            ..config()
+        })
+        .unwrap();
+        big.publish(&[2u8; 100], None, 0, |_: &[u8]| {}).unwrap();
+        big.publish(&[2u8; 100], None, 0, |_: &[u8]| {}).unwrap();
+        let mut msgs = 0u64;
+        big.on_datagram(&request(1, 2, 77), 1, |d: &[u8]| {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                msgs += messages.len() as u64;
+            }
+        })
+        .unwrap();
+        assert_eq!(msgs, 1);
+    }
+
+    #[test]
+    fn the_default_amplification_is_bounded_as_documented() {
+        // docs/WIRE.md: with the defaults a 40-byte request gets at most
+        // about 1,700 times its size back.
+        let mut p = PublisherCore::new(&PublisherConfig::new(5, 77)).unwrap();
+        for _ in 0..5_000 {
+            p.publish(&[3u8; 232], None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let req = request(1, 5_000, 77);
+        let mut bytes = 0usize;
+        p.on_datagram(&req, 1, |d: &[u8]| bytes += d.len()).unwrap();
+        let ratio = bytes / req.len();
+        assert!(bytes > 60_000 && ratio <= 1_700, "{bytes} bytes, {ratio}x");
     }
 
     #[test]
@@ -662,6 +907,8 @@ mod tests {
         assert_eq!(
             seqs(&out),
             vec![
+                (Kind::EndOfStream, vec![1, 1]),
+                (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1])
             ]

@@ -43,6 +43,8 @@ pub(crate) struct Slot {
     /// Per line, when that line was first seen past this sequence, or
     /// [`NEVER`]; a line past a message it did not deliver has lost it.
     pub(crate) past_at: [u64; 2],
+    /// The publisher said once that it no longer retains it.
+    pub(crate) not_available: bool,
 }
 
 impl Slot {
@@ -56,6 +58,7 @@ impl Slot {
         noticed: 0,
         last_request: 0,
         past_at: [NEVER; 2],
+        not_available: false,
     };
 }
 

@@ -63,6 +63,7 @@ pub(crate) enum Ev {
     Down(u64),
     Restart(u64),
     Overrun(u64, u64),
+    SourceGap(u64, u64),
 }
 
 pub(crate) fn own(e: Event<'_>) -> Ev {
@@ -73,6 +74,7 @@ pub(crate) fn own(e: Event<'_>) -> Ev {
         Event::PublisherDown { last_seq } => Ev::Down(last_seq),
         Event::PublisherRestarted { epoch } => Ev::Restart(epoch),
         Event::Overrun { from, to } => Ev::Overrun(from, to),
+        Event::SourceGap { from, to } => Ev::SourceGap(from, to),
     }
 }
 
@@ -255,7 +257,19 @@ struct Sim {
     events: Vec<(u64, Ev)>,
     /// First sequence the subscriber saw live.
     first_seen: Option<u64>,
+    /// Chance per million, at each tick, that a forger sends the
+    /// subscriber a datagram (see `forge`).
+    forge_ppm: u32,
+    /// Forged datagrams sent: from another source, and from the bound one
+    /// (spoofed; never two without a genuine datagram between).
+    forged: [u64; 2],
+    /// The last datagram the subscriber got was a spoofed one.
+    spoofed_last: bool,
 }
+
+/// The genuine publisher's source, and a forger's.
+const GENUINE: u64 = 1;
+const FORGER: u64 = 2;
 
 fn sub_config() -> SubscriberConfig {
     SubscriberConfig {
@@ -328,7 +342,80 @@ impl Sim {
             next_tick: 0,
             events: Vec::new(),
             first_seen: None,
+            forge_ppm: 0,
+            forged: [0; 2],
+            spoofed_last: false,
         }
+    }
+
+    /// A forged datagram: a heartbeat with the largest epoch, one whose
+    /// `latest` is 2^62, an end of stream at the latest sequence, a
+    /// not-available notice for the last 50 sequences, or data far ahead
+    /// or (from another source only) just ahead; then sends it to the
+    /// subscriber from the forger, or spoofed from the publisher's source
+    /// when the last datagram was genuine and the kind cannot be confirmed
+    /// by one more forgery.
+    fn forge(&mut self) {
+        let latest = self.publisher.next_seq().saturating_sub(1).max(1);
+        let epoch = self.publisher.epoch();
+        let pick = self.net.rng.between(0, 5);
+        let mut c = [0u8; frame::DATAGRAM_HEADER_LEN];
+        let d: Vec<u8> = match pick {
+            0 => {
+                frame::encode_control(&mut c, frame::Kind::Heartbeat, 7, u64::MAX, latest, 1);
+                c.to_vec()
+            }
+            1 => {
+                frame::encode_control(&mut c, frame::Kind::Heartbeat, 7, epoch, 1 << 62, 1);
+                c.to_vec()
+            }
+            2 => {
+                frame::encode_control(&mut c, frame::Kind::EndOfStream, 7, epoch, latest, 1);
+                c.to_vec()
+            }
+            3 => {
+                let from = latest.saturating_sub(50).max(1);
+                frame::encode_control(&mut c, frame::Kind::NotAvailable, 7, epoch, from, 50);
+                c.to_vec()
+            }
+            _ => {
+                // A real datagram of this stream's format, with the
+                // forger's payload: far ahead, or just ahead.
+                let mut p = PublisherCore::new(&pub_config(epoch)).unwrap();
+                let target = if pick == 4 {
+                    latest + 1_000_000
+                } else {
+                    latest + 1
+                };
+                let mut out = Vec::new();
+                // One message, renumbered: datagram and message sequence.
+                p.publish(b"forged", None, 0, |_: &[u8]| {}).unwrap();
+                p.flush(0, |d: &[u8]| out = d.to_vec());
+                out[24..32].copy_from_slice(&target.to_le_bytes());
+                out[40..48].copy_from_slice(&target.to_le_bytes());
+                out
+            }
+        };
+        // Spoofing the bound source is allowed only for what one datagram
+        // cannot do damage with: epochs, far jumps, claims (which the next
+        // genuine datagram breaks), not-available (believed only on a
+        // second notice for the same hole, which spoofing once per genuine
+        // datagram can still give; so not spoofed here), far data.
+        let spoof =
+            !self.spoofed_last && matches!(pick, 0 | 1 | 2 | 4) && self.net.rng.chance(500_000);
+        let source = if spoof { GENUINE } else { FORGER };
+        self.forged[spoof as usize] += 1;
+        self.spoofed_last = spoof;
+        let now = self.now;
+        let (net, events) = (&mut self.net, &mut self.events);
+        let _ = self.sub.on_datagram_from(
+            Line::A,
+            source,
+            &d,
+            now,
+            |e| events.push((now, own(e))),
+            |r| net.request(now, r),
+        );
     }
 
     fn publish_one(&mut self) {
@@ -376,8 +463,10 @@ impl Sim {
                     self.first_seen = units.first().map(|u| u.0);
                 }
                 let (net, events) = (&mut self.net, &mut self.events);
-                let _ = self.sub.on_datagram(
+                self.spoofed_last = false;
+                let _ = self.sub.on_datagram_from(
                     line,
+                    GENUINE,
                     &d,
                     now,
                     |e| events.push((now, own(e))),
@@ -406,6 +495,9 @@ impl Sim {
                 .tick(now, |e| events.push((now, own(e))), |r| net.request(now, r));
         }
         self.next_tick = now + self.tick_period;
+        if self.forge_ppm > 0 && self.sub.epoch().is_some() && self.net.rng.chance(self.forge_ppm) {
+            self.forge();
+        }
     }
 
     /// Runs the simulation up to time `end`.
@@ -570,6 +662,37 @@ fn one_lossy_line_delivers_everything_once_and_in_order() {
 }
 
 #[test]
+fn forgeries_on_a_lossy_line_change_nothing() {
+    let mut sim = Sim::new(11, sub_config(), pub_config(1), SMALL);
+    sim.net.lines[0] = Some(Link::new(20_000, 10_000, 5 * US, 8 * US));
+    sim.net.up = Link::new(10_000, 0, 5 * US, 8 * US);
+    sim.net.down = Link::new(10_000, 0, 5 * US, 8 * US);
+    sim.forge_ppm = 100_000;
+    sim.run(2 * MS);
+    let n = SMALL.messages;
+    sim.assert_all_delivered(1, n);
+    let c = sim.sub.counters();
+    assert!(
+        sim.forged[0] > 1_000 && sim.forged[1] > 1_000,
+        "{:?}",
+        sim.forged
+    );
+    assert_eq!((c.unrecoverable, c.gap_events, c.restarts), (0, 0, 0));
+    assert!(!sim
+        .evs()
+        .iter()
+        .any(|e| matches!(e, Ev::End(_) | Ev::Restart(_))));
+    let d = c.drops;
+    assert_eq!(d.foreign_source, sim.forged[0], "{d:?}");
+    assert_eq!(
+        d.implausible_epoch + d.implausible_jump + d.unconfirmed_claim,
+        sim.forged[1],
+        "{d:?}"
+    );
+    assert_eq!(c.messages_delivered, n);
+}
+
+#[test]
 fn two_lines_with_independent_loss_request_only_what_both_lost() {
     let mut sim = Sim::new(2, sub_config(), pub_config(1), SMALL);
     sim.net.lines = [
@@ -676,6 +799,9 @@ fn a_reorder_window_too_small_gives_gaps_exactly_where_messages_were_lost() {
             reorder_window: 16,
             request_timeout: Duration::from_millis(1),
             max_retries: 0,
+            // Every jump beyond the window believed at once, so the gaps
+            // are exactly the losses.
+            confirm: 1,
             ..sub_config()
         },
         pub_config(1),
@@ -728,9 +854,14 @@ fn a_restarted_publisher_is_followed_and_its_old_incarnation_dropped() {
     // Old datagrams (replays, stragglers) change nothing.
     let before = sim.events.len();
     for d in &old {
-        let r = sim
-            .sub
-            .on_datagram(Line::A, d, sim.now, |_| panic!("delivered"), |_| {});
+        let r = sim.sub.on_datagram_from(
+            Line::A,
+            GENUINE,
+            d,
+            sim.now,
+            |_| panic!("delivered"),
+            |_| {},
+        );
         assert_eq!(r, Err(frame::DropReason::OldEpoch));
     }
     assert_eq!(sim.events.len(), before);

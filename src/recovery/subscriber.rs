@@ -45,6 +45,7 @@ use super::frame::{
     self, DropReason, Fragment, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM,
     MIN_DATAGRAM,
 };
+use super::mac::{Key, Mac};
 use super::packer::Packer;
 use super::reassembly::{Acquired, Added, Reassembler};
 use super::reorder::{ReorderWindow, State, INLINE, NEVER};
@@ -105,6 +106,18 @@ pub struct SubscriberConfig {
     pub max_retries: u32,
     /// Silence after which the publisher is reported down.
     pub publisher_timeout: Duration,
+    /// Largest step ahead of the highest sequence seen that a datagram is
+    /// believed at once; a larger one (or one beyond the reorder window,
+    /// which would force a gap) needs `confirm` consecutive datagrams that
+    /// agree.
+    pub max_jump: u64,
+    /// Consecutive datagrams from one source that must agree before a new
+    /// epoch, a jump beyond `max_jump` or a change of source is believed.
+    /// 1 believes the first one.
+    pub confirm: u32,
+    /// Stream key: when set, every datagram must carry a MAC made with it
+    /// (see [`mac`](super::mac)), checked before anything else.
+    pub key: Option<Key>,
 }
 
 impl SubscriberConfig {
@@ -126,6 +139,9 @@ impl SubscriberConfig {
             request_timeout: Duration::from_millis(5),
             max_retries: 3,
             publisher_timeout: Duration::from_secs(1),
+            max_jump: 4096,
+            confirm: 3,
+            key: None,
         }
     }
 
@@ -154,6 +170,9 @@ impl SubscriberConfig {
                     self.reorder_window
                 ),
             );
+        }
+        if self.confirm == 0 {
+            return err("confirm", "0 is not allowed: at least 1".into());
         }
         if self.reassembly_buffers == 0 {
             return err("reassembly_buffers", "0 is not allowed: at least 1".into());
@@ -191,6 +210,31 @@ struct Run {
     silent: bool,
 }
 
+/// Consecutive suspect datagrams (a new epoch, a far jump, another
+/// source) that agree with each other.
+#[derive(Debug, Clone, Copy, Default)]
+struct Streak {
+    source: u64,
+    epoch: u64,
+    top: u64,
+    n: u32,
+}
+
+/// The highest sequence a datagram shows exists.
+fn top_of(frame: &Frame<'_>) -> u64 {
+    match *frame {
+        Frame::Messages {
+            first_seq,
+            messages,
+            ..
+        } => first_seq + messages.len() as u64 - 1,
+        Frame::Fragment { header, .. } => header.seq,
+        Frame::Heartbeat { latest, .. } => latest,
+        Frame::EndOfStream { last_seq, .. } => last_seq,
+        Frame::Request { from, .. } | Frame::NotAvailable { from, .. } => from,
+    }
+}
+
 /// The subscriber's protocol state. One thread owns it: every method takes
 /// `&mut self`, and nothing is shared.
 #[derive(Debug)]
@@ -203,6 +247,9 @@ pub struct SubscriberCore {
     request_timeout_ns: u64,
     max_retries: u32,
     publisher_timeout_ns: u64,
+    max_jump: u64,
+    confirm: u32,
+    mac: Option<Mac>,
 
     window: ReorderWindow,
     reassembly: Reassembler,
@@ -229,6 +276,16 @@ pub struct SubscriberCore {
     end_reported: bool,
     /// Earliest time a missing sequence may need a request or a verdict.
     next_deadline: u64,
+    /// Per line, the source the subscriber takes that line's datagrams
+    /// from: the first one seen, or the one a confirmed change moved to.
+    bound: [Option<u64>; 2],
+    /// Suspect datagrams seen in a row.
+    streak: Streak,
+    /// The last heartbeat or end-of-stream claim not yet believed: (is end,
+    /// sequence).
+    claim: Option<(bool, u64)>,
+    /// Per line, bound by configuration: never rebound.
+    pinned: [bool; 2],
 }
 
 impl SubscriberCore {
@@ -248,6 +305,9 @@ impl SubscriberCore {
             request_timeout_ns: ns(cfg.request_timeout),
             max_retries: cfg.max_retries,
             publisher_timeout_ns: ns(cfg.publisher_timeout),
+            max_jump: cfg.max_jump,
+            confirm: cfg.confirm,
+            mac: cfg.key.map(|k| Mac::new(k, 0)),
             // A slot holds an unfragmented message, and decoding refuses
             // any longer than max_message.
             window: ReorderWindow::new(
@@ -268,7 +328,31 @@ impl SubscriberCore {
             end_of_stream: None,
             end_reported: false,
             next_deadline: NEVER,
+            bound: [None; 2],
+            streak: Streak::default(),
+            claim: None,
+            pinned: [false; 2],
         })
+    }
+
+    /// The source line `line` is bound to, once it has heard one.
+    pub fn bound_source(&self, line: Line) -> Option<u64> {
+        self.bound[line.index()]
+    }
+
+    /// Binds line `line` to `source` before anything is heard (a
+    /// configured publisher address): datagrams from any other source are
+    /// then dropped, and no change of source is ever followed.
+    pub fn bind(&mut self, line: Line, source: u64) {
+        self.bound[line.index()] = Some(source);
+        self.pinned[line.index()] = true;
+    }
+
+    /// Counts a datagram the driver dropped before the core saw it (a
+    /// configured source that does not match, a bad MAC).
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.counters.datagrams_received += 1;
+        self.counters.drops.record(reason);
     }
 
     /// What the subscriber has done so far.
@@ -304,6 +388,29 @@ impl SubscriberCore {
         line: Line,
         datagram: &[u8],
         now: u64,
+        deliver: D,
+        request: R,
+    ) -> Result<(), DropReason>
+    where
+        D: FnMut(Event<'_>),
+        R: FnMut(&[u8]),
+    {
+        self.on_datagram_from(line, 0, datagram, now, deliver, request)
+    }
+
+    /// [`on_datagram`](Self::on_datagram) for a datagram from `source`
+    /// (any value that identifies the sender: a hash of its address and
+    /// port, of its GID and QPN). Each line binds to the first source it
+    /// hears; datagrams from any other are dropped
+    /// ([`DropReason::ForeignSource`]) unless `confirm` consecutive live
+    /// datagrams from one new source agree, which is taken as a restart of
+    /// the publisher.
+    pub fn on_datagram_from<D, R>(
+        &mut self,
+        line: Line,
+        source: u64,
+        datagram: &[u8],
+        now: u64,
         mut deliver: D,
         mut request: R,
     ) -> Result<(), DropReason>
@@ -312,7 +419,7 @@ impl SubscriberCore {
         R: FnMut(&[u8]),
     {
         self.counters.datagrams_received += 1;
-        let result = self.handle(line, datagram, now, &mut deliver);
+        let result = self.handle(line, source, datagram, now, &mut deliver);
         if let Err(r) = result {
             self.counters.drops.record(r);
         }
@@ -348,35 +455,108 @@ impl SubscriberCore {
         }
     }
 
+    /// Whether `top` is ahead of what this epoch has shown by more than
+    /// the subscriber believes at once.
+    fn far(&self, top: u64) -> bool {
+        top > self.high.saturating_add(self.max_jump)
+            || top >= self.next.saturating_add(self.window.capacity())
+    }
+
+    /// Counts a suspect live datagram; true once `confirm` in a row from
+    /// `source` agree on the epoch and roughly on the position.
+    fn confirmed(&mut self, source: u64, epoch: u64, top: u64) -> bool {
+        let s = &mut self.streak;
+        let agrees = s.n > 0
+            && s.source == source
+            && s.epoch == epoch
+            && top.saturating_add(self.window.capacity()) >= s.top
+            && top <= s.top.saturating_add(self.max_jump);
+        if agrees {
+            s.n += 1;
+            s.top = s.top.max(top);
+        } else {
+            *s = Streak {
+                source,
+                epoch,
+                top,
+                n: 1,
+            };
+        }
+        if s.n >= self.confirm {
+            s.n = 0;
+            true
+        } else {
+            false
+        }
+    }
+
     fn handle<D: FnMut(Event<'_>)>(
         &mut self,
         line: Line,
+        source: u64,
         datagram: &[u8],
         now: u64,
         deliver: &mut D,
     ) -> Result<(), DropReason> {
+        if let Some(mac) = &self.mac {
+            mac.verify(datagram)?;
+        }
         let d = frame::decode(datagram, &self.limits)?;
         if let Frame::Request { .. } = d.frame {
             return Err(DropReason::UnexpectedKind);
         }
         let live = d.frame.is_live();
-        match self.epoch {
-            Some(e) if d.epoch == e => {}
-            Some(e) if d.epoch < e => return Err(DropReason::OldEpoch),
-            _ if !live => return Err(DropReason::Unsolicited),
-            Some(_) => {
-                // Whatever is known of the old incarnation is settled
-                // first, so its losses are reported, not forgotten.
-                let high = self.high;
-                self.advance(high + 1, deliver);
-                self.counters.restarts += 1;
-                deliver(Event::PublisherRestarted { epoch: d.epoch });
-                self.start(d.epoch, &d.frame, now, true);
+        let top = top_of(&d.frame);
+        let li = line.index();
+        let foreign = matches!(self.bound[li], Some(b) if b != source);
+        if foreign {
+            // Replies come from the bound source only; live datagrams from
+            // another one count towards a change of source, which must be
+            // confirmed and is taken as a restart.
+            if !live || self.pinned[li] || !self.confirmed(source, d.epoch, top) {
+                return Err(DropReason::ForeignSource);
             }
-            None => {
-                let from_oldest = self.late_join == LateJoin::Oldest;
-                self.start(d.epoch, &d.frame, now, from_oldest);
+            self.bound[li] = Some(source);
+            self.restart(d.epoch, &d.frame, now, deliver);
+        } else {
+            // Anything valid from the bound source breaks another
+            // source's run.
+            if self.streak.source != source {
+                self.streak.n = 0;
             }
+            match self.epoch {
+                Some(e) if d.epoch == e => {
+                    if self.far(top) {
+                        if !live || !self.confirmed(source, d.epoch, top) {
+                            return Err(if live {
+                                DropReason::ImplausibleJump
+                            } else {
+                                DropReason::Unsolicited
+                            });
+                        }
+                    } else if live {
+                        self.streak.n = 0;
+                    }
+                }
+                Some(e) if d.epoch < e => return Err(DropReason::OldEpoch),
+                _ if !live => return Err(DropReason::Unsolicited),
+                Some(_) => {
+                    if !self.confirmed(source, d.epoch, top) {
+                        return Err(DropReason::ImplausibleEpoch);
+                    }
+                    self.restart(d.epoch, &d.frame, now, deliver);
+                }
+                None => {
+                    let from_oldest = self.late_join == LateJoin::Oldest;
+                    self.start(d.epoch, &d.frame, now, from_oldest);
+                }
+            }
+            self.bound[li] = Some(source);
+        }
+        // A reply for sequences never asked for (beyond the highest known)
+        // is not believed.
+        if !live && top > self.high {
+            return Err(DropReason::Unsolicited);
         }
         if let Frame::EndOfStream { last_seq, .. } = d.frame {
             // A publisher never takes back a message it announced.
@@ -403,6 +583,31 @@ impl SubscriberCore {
         }
         self.last_heard = now;
         self.down_reported = false;
+        // A heartbeat or end-of-stream marker that announces messages not
+        // seen (or ends the stream) is believed when the next claim agrees:
+        // the publisher repeats both, a forger must send two in a row.
+        let claim = match d.frame {
+            Frame::Heartbeat { latest, .. } if latest > self.high => Some((false, latest)),
+            Frame::EndOfStream { last_seq, .. } if self.end_of_stream.is_none() => {
+                Some((true, last_seq))
+            }
+            _ => None,
+        };
+        if claim.is_none() && live {
+            // Claims must follow each other: any other live datagram
+            // between breaks a pair.
+            self.claim = None;
+        }
+        if let Some(c) = claim {
+            if self.claim != Some(c) && self.confirm > 1 {
+                self.claim = Some(c);
+                if !c.0 {
+                    self.counters.heartbeats_received += 1;
+                }
+                return Err(DropReason::UnconfirmedClaim);
+            }
+            self.claim = None;
+        }
         if live {
             let l = &mut self.lines[line.index()];
             l.heard = true;
@@ -452,12 +657,29 @@ impl SubscriberCore {
             }
             Frame::NotAvailable { from, count } => {
                 self.counters.not_available_received += 1;
+                // Believed for sequences asked for that the publisher said
+                // were gone once before: a forged notice alone never turns
+                // a hole into a loss. The first one has them asked for
+                // again at once.
                 let last = (from + count - 1).min(self.high);
+                let mut believed = false;
                 for s in from.max(self.next)..=last {
                     let slot = self.window.slot_mut(s);
-                    if slot.state == State::Missing {
-                        slot.state = State::NotRetained;
+                    if slot.state != State::Missing || slot.tries == 0 {
+                        continue;
                     }
+                    if slot.not_available || self.confirm == 1 {
+                        slot.state = State::NotRetained;
+                        believed = true;
+                    } else {
+                        slot.not_available = true;
+                        // Due at once (see `service`).
+                        slot.last_request = NEVER;
+                        self.next_deadline = now;
+                    }
+                }
+                if !believed {
+                    result = Err(DropReason::UnconfirmedNotAvailable);
                 }
             }
             Frame::Request { .. } => {}
@@ -472,6 +694,25 @@ impl SubscriberCore {
         result
     }
 
+    /// Settles the incarnation followed and begins following `epoch`.
+    fn restart<D: FnMut(Event<'_>)>(
+        &mut self,
+        epoch: u64,
+        frame: &Frame<'_>,
+        now: u64,
+        deliver: &mut D,
+    ) {
+        // Whatever is known of the old incarnation is settled first, so
+        // its losses are reported, not forgotten.
+        if self.epoch.is_some() {
+            let high = self.high;
+            self.advance(high + 1, deliver);
+        }
+        self.counters.restarts += 1;
+        deliver(Event::PublisherRestarted { epoch });
+        self.start(epoch, frame, now, true);
+    }
+
     /// Begins following incarnation `epoch`, whose first datagram seen is
     /// `frame`. From the oldest: the messages before it (as far back as the
     /// window reaches) are marked missing, so they are requested.
@@ -483,6 +724,8 @@ impl SubscriberCore {
         self.end_of_stream = None;
         self.end_reported = false;
         self.next_deadline = NEVER;
+        self.claim = None;
+        self.streak.n = 0;
         self.reassembly.clear();
         // Half the window for history, so that live messages arriving
         // while it is fetched still fit beside it.
@@ -834,6 +1077,8 @@ impl SubscriberCore {
                 } else {
                     grace_at
                 }
+            } else if slot.last_request == NEVER {
+                now
             } else {
                 slot.last_request.saturating_add(self.request_timeout_ns)
             };
@@ -921,6 +1166,10 @@ mod tests {
             request_timeout: Duration::from_micros(200),
             max_retries: 1,
             publisher_timeout: Duration::from_millis(5),
+            // These tests pin down recovery itself; the confirmation of
+            // suspect datagrams has its own tests below.
+            confirm: 1,
+            max_jump: u64::MAX,
             ..SubscriberConfig::new(5)
         }
     }
@@ -1007,6 +1256,19 @@ mod tests {
 
         fn take(&mut self) -> Vec<Ev> {
             std::mem::take(&mut self.events)
+        }
+
+        /// Line A, from `source`.
+        fn from(&mut self, source: u64, d: &[u8], now: u64) -> Result<(), DropReason> {
+            let (events, requests) = (&mut self.events, &mut self.requests);
+            self.sub.on_datagram_from(
+                Line::A,
+                source,
+                d,
+                now,
+                |e| events.push(own(e)),
+                |r| requests.push(parse_request(r)),
+            )
         }
     }
 
@@ -1392,5 +1654,224 @@ mod tests {
         assert_eq!(c.datagrams_received, 4);
         assert_eq!(c.drops.total(), 4);
         assert_eq!(t.sub.epoch(), None);
+    }
+
+    /// Forged and misdirected datagrams: none of them ends, rewinds or jumps a
+    /// stream, or turns a hole into a loss, on its own.
+    mod hostile {
+        use super::*;
+
+        const GENUINE: u64 = 1;
+        const FORGER: u64 = 2;
+
+        fn guarded() -> SubscriberConfig {
+            SubscriberConfig {
+                confirm: 3,
+                max_jump: 8,
+                ..config()
+            }
+        }
+
+        /// A subscriber that has delivered 1..=3 from the genuine source.
+        fn following() -> T {
+            let mut t = T::new(guarded());
+            t.from(GENUINE, &data(1, 1, 3, false), 0).unwrap();
+            assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+            t
+        }
+
+        #[test]
+        fn a_forged_epoch_is_not_followed() {
+            let mut t = following();
+            let forged = control(Kind::Heartbeat, u64::MAX, 3, 1);
+            assert_eq!(
+                t.from(GENUINE, &forged, US),
+                Err(DropReason::ImplausibleEpoch)
+            );
+            assert_eq!(t.from(FORGER, &forged, US), Err(DropReason::ForeignSource));
+            t.from(GENUINE, &data(1, 4, 2, false), 2 * US).unwrap();
+            assert_eq!(t.take(), vec![msg(4), msg(5)]);
+            assert_eq!(t.sub.epoch(), Some(1));
+            let d = t.sub.counters().drops;
+            assert_eq!((d.implausible_epoch, d.foreign_source), (1, 1));
+        }
+
+        #[test]
+        fn a_forged_far_heartbeat_or_sequence_does_not_jump_the_stream() {
+            let mut t = following();
+            let far = control(Kind::Heartbeat, 1, 1 << 62, 1);
+            assert_eq!(t.from(GENUINE, &far, US), Err(DropReason::ImplausibleJump));
+            assert_eq!(
+                t.from(GENUINE, &data(1, 1 << 40, 1, false), US),
+                Err(DropReason::ImplausibleJump)
+            );
+            t.tick(10_000 * US);
+            t.from(GENUINE, &data(1, 4, 1, false), 10_001 * US).unwrap();
+            assert_eq!(t.take(), vec![Ev::Down(3), msg(4)]);
+            assert!(t.requests.is_empty(), "nothing asked for");
+            assert_eq!(t.sub.counters().drops.implausible_jump, 2);
+        }
+
+        #[test]
+        fn a_far_jump_confirmed_by_consecutive_datagrams_is_followed() {
+            let mut t = following();
+            // The subscriber was away: the stream really is at 100 now.
+            for (i, s) in [100u64, 101, 102].into_iter().enumerate() {
+                let r = t.from(GENUINE, &data(1, s, 1, false), (i as u64 + 1) * US);
+                assert_eq!(r.is_ok(), i == 2, "{i}: {r:?}");
+            }
+            // Recovered from the publisher if it can: requested, here lost.
+            t.tick(10_000 * US);
+            let evs = t.take();
+            assert_eq!(evs.first(), Some(&Ev::Gap(4, 87)), "{evs:?}");
+            assert_eq!(t.sub.counters().drops.implausible_jump, 2);
+        }
+
+        #[test]
+        fn one_forged_heartbeat_or_end_of_stream_announces_nothing() {
+            let mut t = following();
+            assert_eq!(
+                t.from(GENUINE, &control(Kind::Heartbeat, 1, 6, 1), US),
+                Err(DropReason::UnconfirmedClaim)
+            );
+            assert_eq!(
+                t.from(GENUINE, &control(Kind::EndOfStream, 1, 3, 1), US),
+                Err(DropReason::UnconfirmedClaim)
+            );
+            t.tick(5 * US);
+            t.tick(1_000 * US);
+            assert!(t.requests.is_empty());
+            t.from(GENUINE, &data(1, 4, 1, false), 1_001 * US).unwrap();
+            assert_eq!(t.take(), vec![msg(4)]);
+            // The genuine publisher repeats both: the second one is believed.
+            t.from(GENUINE, &control(Kind::Heartbeat, 1, 5, 1), 1_100 * US)
+                .unwrap_err();
+            t.from(GENUINE, &control(Kind::Heartbeat, 1, 5, 1), 1_200 * US)
+                .unwrap();
+            t.tick(1_300 * US);
+            assert_eq!(t.requests, vec![(5, 6)]);
+            t.from(GENUINE, &data(1, 5, 1, true), 1_301 * US).unwrap();
+            for i in 0..2 {
+                let r = t.from(GENUINE, &control(Kind::EndOfStream, 1, 5, 1), 1_400 * US);
+                assert_eq!(r.is_ok(), i == 1);
+            }
+            assert_eq!(t.take(), vec![msg(5), Ev::End(5)]);
+        }
+
+        #[test]
+        fn one_forged_not_available_does_not_lose_a_hole() {
+            let mut t = following();
+            t.from(GENUINE, &data(1, 6, 1, false), US).unwrap();
+            t.tick(20 * US);
+            assert_eq!(t.requests, vec![(4, 6)]);
+            // Forged notice from the genuine source's address: asked again.
+            assert_eq!(
+                t.from(GENUINE, &control(Kind::NotAvailable, 1, 4, 2), 21 * US),
+                Err(DropReason::UnconfirmedNotAvailable)
+            );
+            assert_eq!(t.requests, vec![(4, 6), (4, 6)]);
+            // ... from another source: dropped outright.
+            assert_eq!(
+                t.from(FORGER, &control(Kind::NotAvailable, 1, 4, 2), 21 * US),
+                Err(DropReason::ForeignSource)
+            );
+            t.from(GENUINE, &data(1, 4, 2, true), 30 * US).unwrap();
+            assert_eq!(t.take(), vec![msg(4), msg(5), msg(6)]);
+            assert_eq!(t.sub.counters().unrecoverable, 0);
+        }
+
+        #[test]
+        fn a_genuine_not_available_repeated_is_a_gap() {
+            let mut t = following();
+            t.from(GENUINE, &data(1, 6, 1, false), US).unwrap();
+            t.tick(20 * US);
+            let na = control(Kind::NotAvailable, 1, 4, 2);
+            t.from(GENUINE, &na, 21 * US).unwrap_err();
+            t.from(GENUINE, &na, 22 * US).unwrap();
+            assert_eq!(t.take(), vec![Ev::Gap(4, 6), msg(6)]);
+        }
+
+        #[test]
+        fn foreign_sources_are_dropped_and_a_confirmed_change_is_a_restart() {
+            let mut t = following();
+            assert_eq!(
+                t.from(FORGER, &data(1, 4, 1, false), US),
+                Err(DropReason::ForeignSource)
+            );
+            assert_eq!(
+                t.from(FORGER, &data(1, 4, 1, true), US),
+                Err(DropReason::ForeignSource)
+            );
+            // Interleaved with the bound source, the new one never confirms.
+            for i in 0..10u64 {
+                assert_eq!(
+                    t.from(FORGER, &data(9, 1, 1, false), 2 * US + i),
+                    Err(DropReason::ForeignSource)
+                );
+                t.from(GENUINE, &data(1, 4 + i, 1, false), 2 * US + i)
+                    .unwrap();
+            }
+            assert_eq!(t.take(), (4..14).map(msg).collect::<Vec<_>>());
+            // A restarted publisher on a new address: three in a row.
+            for (i, s) in [1u64, 2, 3].into_iter().enumerate() {
+                let r = t.from(3, &data(20, s, 1, false), 100 * US);
+                assert_eq!(r.is_ok(), i == 2, "{r:?}");
+            }
+            assert_eq!(t.sub.bound_source(Line::A), Some(3));
+            t.tick(200 * US);
+            // The new incarnation's first two are asked of the new source.
+            assert_eq!(t.requests, vec![(1, 3)]);
+            t.from(3, &data(20, 1, 2, true), 210 * US).unwrap();
+            assert_eq!(t.take(), vec![Ev::Restart(20), msg(1), msg(2), msg(3)]);
+            // The old source is now the foreign one.
+            assert_eq!(
+                t.from(GENUINE, &data(1, 14, 1, false), 300 * US),
+                Err(DropReason::ForeignSource)
+            );
+        }
+
+        #[test]
+        fn with_a_key_only_sealed_datagrams_are_believed_even_from_the_bound_source() {
+            let key = crate::recovery::mac::Key([9; 32]);
+            let mut t = T::new(SubscriberConfig {
+                key: Some(key),
+                ..guarded()
+            });
+            let mut seal = crate::recovery::Mac::new(key, 256);
+            let mut forge = crate::recovery::Mac::new(crate::recovery::mac::Key([1; 32]), 256);
+            t.from(GENUINE, seal.seal(&data(1, 1, 2, false)), 0)
+                .unwrap();
+            // Spoofed from the bound source: unsealed, or sealed with a guess.
+            assert_eq!(
+                t.from(GENUINE, &control(Kind::EndOfStream, 1, 2, 1), US),
+                Err(DropReason::Unauthenticated)
+            );
+            for _ in 0..5 {
+                assert_eq!(
+                    t.from(GENUINE, forge.seal(&control(Kind::Heartbeat, 9, 2, 1)), US),
+                    Err(DropReason::BadMac)
+                );
+            }
+            t.from(GENUINE, seal.seal(&data(1, 3, 1, false)), 2 * US)
+                .unwrap();
+            assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+            let d = t.sub.counters().drops;
+            assert_eq!((d.unauthenticated, d.bad_mac), (1, 5));
+        }
+
+        #[test]
+        fn a_pinned_source_is_never_replaced() {
+            let mut t = T::new(guarded());
+            t.sub.bind(Line::A, GENUINE);
+            for s in 1..=10 {
+                assert_eq!(
+                    t.from(FORGER, &data(1, s, 1, false), 0),
+                    Err(DropReason::ForeignSource)
+                );
+            }
+            assert_eq!(t.sub.epoch(), None);
+            t.from(GENUINE, &data(1, 1, 1, false), 0).unwrap();
+            assert_eq!(t.take(), vec![msg(1)]);
+        }
     }
 }

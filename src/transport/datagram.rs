@@ -10,7 +10,23 @@ use crate::error::Result;
 pub trait DatagramLink: Send {
     /// Where a datagram came from, good for a reply: a socket address for
     /// UDP, an address handle and queue pair number for UD.
-    type Peer: Copy + Send + std::fmt::Debug;
+    type Peer: Copy + Send + std::fmt::Debug + Eq + std::hash::Hash;
+
+    /// A number that identifies `peer` as a source, for the recovery
+    /// core's binding: the default hashes it; links whose addresses fit in
+    /// 64 bits use them as they are.
+    fn source_key(peer: &Self::Peer) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        peer.hash(&mut h);
+        h.finish()
+    }
+
+    /// The publisher's address this line was configured to accept
+    /// datagrams from, if any (subscribers).
+    fn configured_source(&self) -> Option<Self::Peer> {
+        None
+    }
 
     /// Largest datagram this link carries, in bytes (path MTU less the
     /// transport's own headers).

@@ -12,6 +12,8 @@ use crate::clock::monotonic_ns;
 use crate::config::StreamConfig;
 use crate::error::{ConfigError, Error, Result};
 use crate::message::Event;
+use crate::recovery::frame::MAC_LEN;
+use crate::recovery::mac::{load_key, Key, Mac};
 use crate::recovery::{
     Counters, Line, PublishError, PublisherConfig, PublisherCore, SubscriberConfig, SubscriberCore,
 };
@@ -43,9 +45,19 @@ fn reorder_window(cfg: &StreamConfig) -> usize {
 
 /// Requests and replies are small; this bounds the copy of one.
 const CONTROL_MAX: usize = 64;
-/// Retransmit requests handled per `service` call, so a storm of them
-/// cannot starve the publishing thread.
-const REQUESTS_PER_SERVICE: usize = 64;
+/// Retransmit requests read (with one receive call) and handled per line
+/// per `service` call, so a storm of them cannot starve the publishing
+/// thread; the kernel drops what a flood adds beyond.
+const REQUESTS_PER_SERVICE: usize = 16;
+
+/// The stream's key, read from `key_file` when one is configured.
+fn stream_key(name: &str, cfg: &StreamConfig) -> Result<Option<Key>> {
+    if cfg.key_file.is_empty() {
+        return Ok(None);
+    }
+    let key = format!("streams.{name}.key_file");
+    Ok(Some(load_key(std::path::Path::new(&cfg.key_file), &key)?))
+}
 
 fn config_error(channel: &str, e: ConfigError) -> Error {
     Error::Config(ConfigError {
@@ -63,6 +75,8 @@ pub struct DatagramPublisher<L: DatagramLink> {
     autoflush: bool,
     /// The first send error since the last call that could report it.
     failed: Option<Error>,
+    /// Seals every datagram sent, when the stream has a key.
+    mac: Option<Mac>,
 }
 
 impl<L: DatagramLink> DatagramPublisher<L> {
@@ -75,9 +89,12 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             .min()
             .unwrap_or(cfg.max_datagram)
             .min(cfg.max_datagram);
+        let key = stream_key(name, cfg)?;
         let pc = PublisherConfig {
             max_message: cfg.max_message,
-            max_datagram,
+            // Room for the MAC the driver appends.
+            max_datagram: max_datagram - if key.is_some() { MAC_LEN } else { 0 },
+            key,
             retain_messages: cfg.capacity,
             // Room for `capacity` messages of the largest size, within
             // 64 MiB; smaller messages fit more, up to `capacity`.
@@ -85,6 +102,11 @@ impl<L: DatagramLink> DatagramPublisher<L> {
                 .min(64 << 20)
                 .max(cfg.max_message),
             heartbeat_interval: cfg.heartbeat_interval,
+            retransmit_burst: cfg.retransmit_burst,
+            retransmit_rate: cfg.retransmit_rate,
+            retransmit_global_burst: cfg.retransmit_global_burst,
+            retransmit_global_rate: cfg.retransmit_global_rate,
+            retransmit_reply_bytes: cfg.retransmit_reply_bytes,
             ..PublisherConfig::new(stream_id(name), crate::clock::now_ns())
         };
         let core = PublisherCore::new(&pc).map_err(|e| config_error(&channel, e))?;
@@ -94,6 +116,7 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             channel,
             autoflush: cfg.autoflush,
             failed: None,
+            mac: key.map(|k| Mac::new(k, max_datagram)),
         })
     }
 
@@ -125,8 +148,18 @@ fn publish_error(channel: &str, e: PublishError) -> Error {
     }
 }
 
-/// Sends `d` on every line, keeping the first error.
-fn send_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>, d: &[u8]) {
+/// Sends `d` (sealed when there is a key) on every line, keeping the first
+/// error.
+fn send_all<L: DatagramLink>(
+    lines: &mut [L],
+    failed: &mut Option<Error>,
+    mac: &mut Option<Mac>,
+    d: &[u8],
+) {
+    let d = match mac {
+        Some(m) => m.seal(d),
+        None => d,
+    };
     for l in lines.iter_mut() {
         if let Err(e) = l.send_group(d) {
             failed.get_or_insert(e);
@@ -162,13 +195,13 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
         let now = monotonic_ns();
         let ts = (flags & FLAG_TIMESTAMP != 0).then_some(timestamp);
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         let seq = self
             .core
-            .commit(len, ts, now, |d| send_all(lines, failed, d))
+            .commit_flagged(len, flags, ts, now, |d| send_all(lines, failed, mac, d))
             .map_err(|e| publish_error(&self.channel, e))?;
         if self.autoflush {
-            self.core.flush(now, |d| send_all(lines, failed, d));
+            self.core.flush(now, |d| send_all(lines, failed, mac, d));
             flush_all(lines, failed);
         }
         self.take_failure()?;
@@ -176,36 +209,47 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     }
 
     fn flush(&mut self) -> Result<()> {
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         self.core
-            .flush(monotonic_ns(), |d| send_all(lines, failed, d));
+            .flush(monotonic_ns(), |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         self.take_failure()
     }
 
     fn service(&mut self) -> Result<()> {
         let now = monotonic_ns();
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
-        self.core.tick(now, |d| send_all(lines, failed, d));
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
+        self.core.tick(now, |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         for i in 0..self.lines.len() {
-            for _ in 0..REQUESTS_PER_SERVICE {
-                // Copy the (small) request out so the link is free to send
-                // the replies.
-                let mut req = [0u8; CONTROL_MAX];
-                let mut got: Option<(L::Peer, usize)> = None;
-                self.lines[i].poll(1, &mut |peer, bytes: &[u8]| {
+            // One receive call for the batch; the (small) requests are
+            // copied out so the link is free to send the replies.
+            let mut reqs = [[0u8; CONTROL_MAX]; REQUESTS_PER_SERVICE];
+            let mut got: [Option<(L::Peer, usize)>; REQUESTS_PER_SERVICE] =
+                [None; REQUESTS_PER_SERVICE];
+            let mut k = 0;
+            self.lines[i].poll(REQUESTS_PER_SERVICE, &mut |peer, bytes: &[u8]| {
+                if k < REQUESTS_PER_SERVICE {
                     let n = bytes.len().min(CONTROL_MAX);
-                    req[..n].copy_from_slice(&bytes[..n]);
-                    got = Some((peer, bytes.len()));
-                })?;
-                let Some((peer, len)) = got else { break };
+                    reqs[k][..n].copy_from_slice(&bytes[..n]);
+                    got[k] = Some((peer, bytes.len()));
+                    k += 1;
+                }
+            })?;
+            for (req, got) in reqs.iter().zip(&got).take(k) {
+                let Some((peer, len)) = *got else { break };
                 // A datagram longer than a request is cut short here and
                 // then counted by the core as malformed.
                 let len = len.min(CONTROL_MAX);
-                let (line, failed) = (&mut self.lines[i], &mut self.failed);
-                // Malformed requests are counted by the core and dropped.
-                let _ = self.core.on_datagram(&req[..len], now, |reply| {
+                let (line, failed, mac) = (&mut self.lines[i], &mut self.failed, &mut self.mac);
+                // Malformed and over-budget requests are counted by the
+                // core and dropped.
+                let who = L::source_key(&peer);
+                let _ = self.core.on_datagram_from(who, &req[..len], now, |reply| {
+                    let reply = match mac {
+                        Some(m) => m.seal(reply),
+                        None => reply,
+                    };
                     if let Err(e) = line.send_to(peer, reply) {
                         failed.get_or_insert(e);
                     }
@@ -218,9 +262,9 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
 
 impl<L: DatagramLink> Drop for DatagramPublisher<L> {
     fn drop(&mut self) {
-        let (lines, failed) = (&mut self.lines, &mut self.failed);
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         self.core
-            .close(monotonic_ns(), |d| send_all(lines, failed, d));
+            .close(monotonic_ns(), |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
     }
 }
@@ -231,10 +275,16 @@ struct Pending {
     bufs: [[u8; CONTROL_MAX]; 8],
     lens: [usize; 8],
     n: usize,
+    /// Seals requests, when the stream has a key.
+    mac: Option<Mac>,
 }
 
 impl Pending {
     fn push(&mut self, bytes: &[u8]) {
+        let bytes = match &mut self.mac {
+            Some(m) => m.seal(bytes),
+            None => bytes,
+        };
         if self.n < self.bufs.len() && bytes.len() <= CONTROL_MAX {
             self.bufs[self.n][..bytes.len()].copy_from_slice(bytes);
             self.lens[self.n] = bytes.len();
@@ -245,11 +295,19 @@ impl Pending {
     }
 }
 
+fn line_of(i: usize) -> Line {
+    if i == 0 {
+        Line::A
+    } else {
+        Line::B
+    }
+}
+
 /// Subscriber of a stream over one or two datagram lines.
 pub struct DatagramSubscriber<L: DatagramLink> {
     core: SubscriberCore,
     lines: Vec<L>,
-    /// Where the publisher's data came from, per line: where requests go.
+    /// Per line, the source the core is bound to: where requests go.
     publisher: Vec<Option<L::Peer>>,
     pending: Pending,
 }
@@ -279,18 +337,29 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
             publisher_timeout: cfg.heartbeat_timeout,
+            max_jump: cfg.max_jump,
+            confirm: cfg.confirm,
+            key: stream_key(name, cfg)?,
             ..SubscriberConfig::new(stream_id(name))
         };
-        let core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
-        let n = lines.len();
+        let mut core = SubscriberCore::new(&sc).map_err(|e| config_error(&channel, e))?;
+        let mut publisher = Vec::with_capacity(lines.len());
+        for (i, l) in lines.iter().enumerate() {
+            let source = l.configured_source();
+            if let Some(p) = source {
+                core.bind(line_of(i), L::source_key(&p));
+            }
+            publisher.push(source);
+        }
         Ok(DatagramSubscriber {
             core,
             lines,
-            publisher: vec![None; n],
+            publisher,
             pending: Pending {
                 bufs: [[0; CONTROL_MAX]; 8],
                 lens: [0; 8],
                 n: 0,
+                mac: sc.key.map(|k| Mac::new(k, CONTROL_MAX)),
             },
         })
     }
@@ -324,18 +393,20 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
         let now = monotonic_ns();
         let mut delivered = 0usize;
         for i in 0..self.lines.len() {
-            let line = if i == 0 { Line::A } else { Line::B };
+            let line = line_of(i);
             let (core, pending, publisher) =
                 (&mut self.core, &mut self.pending, &mut self.publisher[i]);
             self.lines[i].poll(max, &mut |peer, bytes: &[u8]| {
                 let before = core.counters().messages_delivered;
-                // Malformed or foreign datagrams are counted by the core.
-                let ok = core
-                    .on_datagram(line, bytes, now, &mut *f, |req: &[u8]| pending.push(req))
-                    .is_ok();
-                if ok {
+                let key = L::source_key(&peer);
+                // Malformed, foreign and unconfirmed datagrams are counted
+                // by the core.
+                let _ = core.on_datagram_from(line, key, bytes, now, &mut *f, |req: &[u8]| {
+                    pending.push(req)
+                });
+                if core.bound_source(line) == Some(key) {
                     // The publisher sends from the address it takes
-                    // requests at; a restarted one from a new address.
+                    // requests at; requests go to the bound source only.
                     *publisher = Some(peer);
                 }
                 delivered += (core.counters().messages_delivered - before) as usize;
@@ -526,6 +597,7 @@ mod udp_tests {
             interface: Ipv4Addr::LOCALHOST,
             ttl: 0,
             loopback: true,
+            source: None,
         };
         let p = DatagramPublisher::new(
             name,

@@ -30,6 +30,10 @@ pub struct LineAddr {
     pub ttl: u32,
     /// Deliver to subscribers on this host too.
     pub loopback: bool,
+    /// The publisher's unicast address: where a publisher binds its
+    /// sending socket, and the only source a subscriber accepts. `None`:
+    /// an ephemeral port, and subscribers bind to the first source seen.
+    pub source: Option<SocketAddrV4>,
 }
 
 /// The lines (A, and B when configured) of stream `name`, for a publisher
@@ -44,9 +48,9 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
         });
     }
     let mut out = Vec::with_capacity(2);
-    for (group, interface) in [
-        (&cfg.group, &cfg.interface),
-        (&cfg.group_b, &cfg.interface_b),
+    for (group, interface, source, source_key) in [
+        (&cfg.group, &cfg.interface, &cfg.source, "source"),
+        (&cfg.group_b, &cfg.interface_b, &cfg.source_b, "source_b"),
     ] {
         if group.is_empty() {
             continue;
@@ -65,6 +69,15 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
             },
             ttl: cfg.ttl,
             loopback: cfg.loopback,
+            source: if source.is_empty() {
+                None
+            } else {
+                Some(source.parse().map_err(|_| Error::Missing {
+                    channel: channel.clone(),
+                    key: format!("streams.{name}.{source_key}"),
+                    transport: "udp",
+                })?)
+            },
         };
         out.push(if publisher {
             UdpLink::publisher(&channel, &line, cfg.max_datagram)?
@@ -266,6 +279,7 @@ pub struct UdpLink {
     uni: Socket,
     group_rx: Option<Socket>,
     group: SockAddr,
+    source: Option<SocketAddrV4>,
     max_datagram: usize,
     uni_rx: RxBatch,
     group_batch: Option<RxBatch>,
@@ -304,7 +318,12 @@ impl UdpLink {
         let what = |op: &'static str, target: String| move |e| Error::io(op, target, e);
         let uni = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
             .map_err(what("open a UDP socket for", channel.to_string()))?;
-        let local = SocketAddrV4::new(line.interface, 0);
+        // A publisher with a configured source sends from it, so that
+        // subscribers can tell its datagrams from anyone else's.
+        let local = match line.source {
+            Some(a) if !join => a,
+            _ => SocketAddrV4::new(line.interface, 0),
+        };
         uni.bind(&local.into())
             .map_err(what("bind", format!("{channel} to {local}")))?;
         uni.set_multicast_if_v4(&line.interface).map_err(what(
@@ -349,6 +368,7 @@ impl UdpLink {
                 .map(|_| RxBatch::new(RX_SLOT.min(max_datagram.max(2048)))),
             group_rx,
             group: line.group.into(),
+            source: if join { line.source } else { None },
             tx: TxBatch::new(max_datagram.clamp(1, RX_SLOT), line.group),
             max_datagram,
             uni_rx: RxBatch::new(RX_SLOT.min(max_datagram.max(2048))),
@@ -386,6 +406,15 @@ impl UdpLink {
 
 impl DatagramLink for UdpLink {
     type Peer = SocketAddrV4;
+
+    /// The address and port as they are: distinct sources, distinct keys.
+    fn source_key(peer: &SocketAddrV4) -> u64 {
+        (u32::from(*peer.ip()) as u64) << 16 | peer.port() as u64
+    }
+
+    fn configured_source(&self) -> Option<SocketAddrV4> {
+        self.source
+    }
 
     fn max_datagram(&self) -> usize {
         self.max_datagram
@@ -482,6 +511,7 @@ mod tests {
             interface: Ipv4Addr::LOCALHOST,
             ttl: 0,
             loopback: true,
+            source: None,
         };
         let mut p = UdpLink::publisher("stream `t`", &line, 1472).unwrap();
         let mut s1 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
@@ -532,6 +562,7 @@ mod tests {
             interface: Ipv4Addr::LOCALHOST,
             ttl: 0,
             loopback: true,
+            source: None,
         };
         let mut p = UdpLink::publisher("stream `b`", &line, 1472).unwrap();
         let mut s = UdpLink::subscriber("stream `b`", &line, 1472).unwrap();

@@ -175,6 +175,7 @@ pub fn child_main() {
                     Event::Overrun { to, .. } | Event::Gap { to, .. } => next = to,
                     Event::EndOfStream { .. } | Event::PublisherDown { .. } => done = true,
                     Event::PublisherRestarted { .. } => bad += 1,
+                    Event::SourceGap { .. } => {}
                 })
                 .expect("poll");
                 done |= next > arg;
@@ -316,6 +317,11 @@ macro_rules! conformance_stream_tests {
         fn stream_rejects_oversized_messages() {
             conformance::stream_rejects_oversized_messages(&$fixture);
         }
+
+        #[test]
+        fn stream_carries_source_gaps_in_order() {
+            conformance::stream_carries_source_gaps_in_order(&$fixture);
+        }
     };
 }
 
@@ -397,6 +403,61 @@ pub fn stream_delivers_in_order_without_loss(f: &impl Fixture) {
     assert_eq!(s.stats().received, total);
     assert_eq!(s.stats().overruns + s.stats().gaps, 0);
     assert_eq!(p.published(), total);
+}
+
+/// A publisher's upstream-loss notices reach subscribers in place, once,
+/// as [`Event::SourceGap`] with the range it gave, on a stream whose
+/// messages also carry timestamps (so the notice's flag travels beside
+/// another).
+pub fn stream_carries_source_gaps_in_order(f: &impl Fixture) {
+    let toml = f.config_toml(
+        "[streams.s]
+max_message = 64
+timestamps = true
+",
+    );
+    let mut p = bus(&toml).publisher("s").unwrap();
+    let mut s = bus(&f.subscriber_toml(&toml)).subscriber("s").unwrap();
+    let mut want = Vec::new();
+    for i in 1..=200u64 {
+        let seq = if i % 50 == 0 {
+            let (from, to) = (1_000 * i, 1_000 * i + i % 7 + 1);
+            let seq = p.publish_source_gap(from, to).unwrap();
+            want.push(format!("source gap {from}..{to}"));
+            seq
+        } else {
+            let seq = p.publish(&payload(i, 8)).unwrap();
+            want.push(format!("message {seq}"));
+            seq
+        };
+        assert_eq!(seq, i, "a notice takes a sequence number");
+    }
+    // An empty range is refused and takes no sequence number.
+    let e = p.publish_source_gap(5, 5).unwrap_err();
+    assert!(e.to_string().contains("5..5"), "{e}");
+    assert_eq!(p.next_seq(), 201);
+    p.flush().unwrap();
+    let mut got = Vec::new();
+    for _ in 0..100_000_000u64 {
+        p.service().unwrap();
+        s.poll(|e| match e {
+            Event::Message(m) => {
+                assert!(check_payload(m.seq(), m.payload()));
+                assert!(m.timestamp().is_some());
+                got.push(format!("message {}", m.seq()));
+            }
+            Event::SourceGap { from, to } => got.push(format!("source gap {from}..{to}")),
+            other => got.push(format!("{other:?}")),
+        })
+        .unwrap();
+        if got.len() >= want.len() {
+            break;
+        }
+    }
+    assert_eq!(got, want);
+    let st = s.stats();
+    assert_eq!((st.source_gaps, st.source_gap_messages), (4, 2 + 3 + 4 + 5));
+    assert_eq!((st.gaps, st.received), (0, 196));
 }
 
 pub fn stream_reports_overrun_and_covers_every_sequence(f: &impl Fixture) {

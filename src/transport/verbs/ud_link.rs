@@ -15,6 +15,11 @@
 //! MTU plus 40 bytes in front, where the device writes the GRH (on RoCE v2
 //! with IPv4, the IPv4 header in its last 20 bytes).
 //!
+//! Sources: a received datagram's [`UdPeer`] is the sender's GID (from the
+//! GRH) and QPN (from the work completion's `src_qp`). A stream subscriber
+//! binds each line to one such source (docs/SECURITY.md): datagrams from
+//! another QP, even on the publisher's own GID, are dropped and counted.
+//!
 //! Replies: a received datagram's [`UdPeer`] is the sender's GID and QPN.
 //! `send_to` finds its address handle in a small cache allocated at
 //! start-up, keyed by (GID, QPN), and creates one only on a miss. The
@@ -727,5 +732,29 @@ impl Drop for UdLink {
         // declaration order (QP, handles, ring, queues, pools, PD, id,
         // channel).
         self.id.leave_multicast(SocketAddr::V4(self.group));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The subscriber binds a line to a source by this key: one GID and QPN
+    /// is one source; another QPN on the same GID (another process on the
+    /// publisher's host) or the same QPN on another GID is another.
+    #[test]
+    fn a_source_is_its_gid_and_qpn() {
+        let peer = |last: u8, qpn: u32| {
+            let mut gid = [0u8; 16];
+            gid[10] = 0xff;
+            gid[11] = 0xff;
+            gid[12..].copy_from_slice(&[10, 99, 0, last]);
+            UdPeer { gid, qpn }
+        };
+        let key = |p: UdPeer| <UdLink as DatagramLink>::source_key(&p);
+        assert_eq!(key(peer(1, 0x11)), key(peer(1, 0x11)));
+        assert_ne!(key(peer(1, 0x11)), key(peer(1, 0x12)));
+        assert_ne!(key(peer(1, 0x11)), key(peer(2, 0x11)));
+        assert_eq!(format!("{:?}", peer(1, 0x11)), "UdPeer(10.99.0.1, QP 0x11)");
     }
 }

@@ -341,6 +341,10 @@ fn subscribe(
                 Event::PublisherRestarted { epoch } => {
                     trouble = Some(format!("the publisher restarted (epoch {epoch})"))
                 }
+                // This tool publishes no source-gap notices.
+                Event::SourceGap { from, to } => {
+                    trouble = Some(format!("unexpected source gap {from}..{to}"))
+                }
             })?;
             if let Some(what) = trouble.take() {
                 return Err(Failure::Run(format!("stream `{name}`: {what}")));

@@ -283,6 +283,10 @@ fn receive(
             Event::PublisherRestarted { epoch } => {
                 trouble = Some(format!("the publisher restarted (epoch {epoch})"));
             }
+            // Replay publishes no source-gap notices.
+            Event::SourceGap { from, to } => {
+                trouble = Some(format!("unexpected source gap {from}..{to}"));
+            }
         })?;
         if let Some(what) = trouble.take() {
             return Err(ReplayError::Run(format!(

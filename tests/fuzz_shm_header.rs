@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use mdbus::transport::shm::segment::{encode_header, HeaderFields, Kind, SEALED_HEADER};
 use proptest::prelude::*;
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../fuzz/src/shm_header.rs"]
 mod targets;
 
 fn seed_dir(target: &str) -> PathBuf {

@@ -1,0 +1,4 @@
+//! libFuzzer entry point of `mdbus_fuzz::frame`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mdbus_fuzz::datagram::frame(data));

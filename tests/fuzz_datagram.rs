@@ -1,0 +1,154 @@
+//! The cargo-fuzz targets (fuzz/), on stable: over the seed corpus, random
+//! bytes and mutated seeds. `cargo +nightly fuzz run TARGET` in the
+//! repository root runs them under libFuzzer (docs/SECURITY.md, "Fuzzing").
+
+#[path = "../fuzz/src/datagram.rs"]
+mod targets;
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+
+/// A fuzz target: panics when a property breaks.
+type Target = fn(&[u8]);
+
+const FUZZ_TARGETS: [(&str, Target); 2] = [
+    ("frame", targets::frame),
+    ("subscriber", targets::subscriber),
+];
+
+fn seed_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target)
+}
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = seed_dir(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+#[test]
+fn fuzz_targets_pass_on_their_seed_corpus() {
+    for (name, target) in FUZZ_TARGETS {
+        let seeds = seeds(name);
+        assert!(seeds.len() >= 3, "{name}: {} seeds", seeds.len());
+        for s in &seeds {
+            target(s);
+        }
+    }
+}
+
+/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
+fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
+    let seeds = seeds(target);
+    let n = seeds.len();
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..700),
+        (
+            0..n,
+            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..10)
+        )
+            .prop_map(move |(i, edits)| {
+                let mut s = seeds[i].clone();
+                for (at, byte, how) in edits {
+                    let at = if s.is_empty() { 0 } else { at % (s.len() + 1) };
+                    match how {
+                        0 if at < s.len() => s[at] = byte,
+                        1 => s.insert(at, byte),
+                        _ => s.truncate(at),
+                    }
+                }
+                s
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    #[test]
+    fn fuzz_target_frame(input in fuzz_input("frame")) {
+        targets::frame(&input);
+    }
+
+    #[test]
+    fn fuzz_target_subscriber(input in fuzz_input("subscriber")) {
+        targets::subscriber(&input);
+    }
+}
+
+/// Writes the seed corpus: genuine datagrams of every kind for `frame`,
+/// and programs for `subscriber` (in order, with loss and recovery, with
+/// forgeries).
+#[test]
+#[ignore]
+fn write_fuzz_seed_corpus() {
+    use mdbus::recovery::frame::{encode_control, Kind, DATAGRAM_HEADER_LEN};
+    use mdbus::recovery::{PublisherConfig, PublisherCore};
+    let write = |target: &str, name: &str, bytes: &[u8]| {
+        let dir = seed_dir(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+    };
+    let mut p = PublisherCore::new(&PublisherConfig {
+        max_message: 4096,
+        max_datagram: 256,
+        ..PublisherConfig::new(0x5EED, 77)
+    })
+    .unwrap();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    p.publish(b"one", Some(5), 0, |d: &[u8]| out.push(d.to_vec()))
+        .unwrap();
+    p.publish(b"two", None, 0, |d: &[u8]| out.push(d.to_vec()))
+        .unwrap();
+    p.flush(0, |d: &[u8]| out.push(d.to_vec()));
+    write("frame", "data", &out[0]);
+    out.clear();
+    p.publish(&[7u8; 600], None, 0, |d: &[u8]| out.push(d.to_vec()))
+        .unwrap();
+    write("frame", "fragment", &out[1]);
+    let mut c = [0u8; DATAGRAM_HEADER_LEN];
+    for (kind, name) in [
+        (Kind::Heartbeat, "heartbeat"),
+        (Kind::Request, "request"),
+        (Kind::NotAvailable, "not-available"),
+        (Kind::EndOfStream, "end"),
+    ] {
+        encode_control(&mut c, kind, 0x5EED, 77, 3, 1);
+        write("frame", name, &c);
+    }
+    // Programs: (op, arg) pairs after two configuration bytes.
+    let prog = |ops: &[(u8, u8)]| -> Vec<u8> {
+        let mut v = vec![1, 8, 1];
+        for (o, a) in ops {
+            v.push(*o);
+            v.push(*a);
+        }
+        v
+    };
+    let mut in_order = Vec::new();
+    for _ in 0..20 {
+        in_order.extend([(0, 0), (2, 0), (3, 0)]);
+    }
+    write("subscriber", "in-order", &prog(&in_order));
+    let mut lossy = Vec::new();
+    for i in 0..30u8 {
+        lossy.extend([(0, 0), (2, 0)]);
+        if i % 3 != 0 {
+            lossy.push((3, 1));
+        }
+        lossy.extend([(7, 0), (5, 0), (3, 0), (4, 0)]);
+    }
+    write("subscriber", "loss-and-recovery", &prog(&lossy));
+    let mut forged = Vec::new();
+    for _ in 0..30 {
+        forged.extend([(0, 0), (2, 0), (6, 2), (3, 0), (6, 7), (7, 0)]);
+    }
+    write("subscriber", "forgeries", &prog(&forged));
+}
