@@ -9,7 +9,6 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mdbus::config::VerbsConfig;
@@ -19,11 +18,8 @@ pub fn rdma_or_skip(test: &str) -> bool {
     match mdbus::transport::verbs::detect(&VerbsConfig::default()) {
         Ok(_) => true,
         Err(why) => {
-            if std::env::var("MDBUS_REQUIRE_RDMA").as_deref() == Ok("1") {
-                panic!("{test}: MDBUS_REQUIRE_RDMA=1, but {why}");
-            }
-            let line = format!("SKIPPED: no RDMA device: {test}: {why}\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
+            let why = format!("no RDMA device: {why}");
+            mdbus_testkit::skip(test, mdbus_testkit::Lack::Kernel, &why);
             false
         }
     }

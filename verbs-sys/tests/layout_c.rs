@@ -9,7 +9,7 @@
 //! without bindgen. It is skipped where there is no C compiler or no
 //! rdma-core headers (libibverbs-dev, librdmacm-dev).
 
-use std::io::Write;
+use mdbus_testkit::Lack;
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
@@ -131,8 +131,7 @@ fn expectations() -> Vec<(&'static str, &'static str, u64)> {
 /// Says on the terminal (not in captured test output) why the test did
 /// nothing.
 fn skip(why: &str) {
-    let line = format!("SKIPPED bindings_match_the_installed_headers: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    mdbus_testkit::skip("bindings_match_the_installed_headers", Lack::Tool, why);
 }
 
 fn c_program(items: &[(&str, &str, u64)]) -> String {

@@ -1,16 +1,15 @@
 //! Loading the libraries at run time: the error when one is missing, and
 //! real calls when rdma-core is installed. None of this needs an RDMA device.
 
+use mdbus_testkit::Lack;
 use std::ffi::{c_int, CStr};
-use std::io::Write;
 
 use verbs_sys::*;
 
 /// Says on the terminal (not in captured test output) why a test did
 /// nothing.
 fn skip(test: &str, why: &LoadError) {
-    let line = format!("SKIPPED {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    mdbus_testkit::skip(test, Lack::Tool, &why.to_string());
 }
 
 fn errno() -> c_int {

@@ -23,7 +23,11 @@ pub fn version_or_skip(test: &str) -> Option<String> {
                 .to_owned()
         });
     if version.is_none() {
-        eprintln!("SKIPPED {test}: tshark is not installed (apt-get install tshark)");
+        mdbus_testkit::skip(
+            test,
+            mdbus_testkit::Lack::Tool,
+            "tshark is not installed (apt-get install tshark)",
+        );
     }
     version
 }
