@@ -69,7 +69,10 @@ pub enum Event<'a> {
         last_seq: u64,
     },
     /// A new incarnation of the publisher started; sequence numbers start
-    /// again from its first retained message.
+    /// again from 1. Delivery resumes at its oldest retained message; when
+    /// that is past 1, an [`Event::Overrun`] for the messages it no longer
+    /// retains follows at once, so every sequence of the new incarnation is
+    /// still covered exactly once.
     PublisherRestarted {
         /// The new incarnation's epoch.
         epoch: u64,
