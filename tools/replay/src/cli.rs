@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mdbus_tool_support::output::{self, EXIT_CODES_HELP};
 
 use super::error::ReplayError;
 use super::report::{self, ReportArgs};
@@ -28,9 +29,7 @@ mdbus-replay synth --messages 1000000 --out day.itch\n  \
 mdbus-replay run day.itch --transport shm --rate max --out shm-max\n  \
 mdbus-replay run day.itch --transport udp --rate max --out udp-max\n  \
 mdbus-replay report shm-max/latency.hlog udp-max/latency.hlog --out compare",
-    after_help = "Exit status: 0 on success; 1 when a run fails (a subscriber dies or stalls, \
-an output cannot be written); 2 for a usage error or bad input (an unreadable, truncated or \
-unrecognised capture, a corrupt .hlog, a transport this machine lacks)."
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     /// Log what the library reports at info level (core placement, huge
@@ -52,6 +51,7 @@ enum Command {
     /// the close. Messages are timed by their ITCH timestamps, which a
     /// replay paces by. Deterministic: the same options give the same
     /// bytes.
+    #[command(after_help = EXIT_CODES_HELP)]
     Synth(SynthArgs),
     /// Replay a capture through an mdbus stream to subscriber processes
     /// and measure one-way latency.
@@ -69,9 +69,11 @@ enum Command {
     /// "msgs_per_sec", "drops", "gaps", ...}. drops = messages published
     /// but not delivered, summed over subscribers; gaps = loss events
     /// (overruns on shm, unrecoverable gaps on udp and verbs).
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Compare interval logs: percentiles side by side with ratios to the
     /// first, and one overlaid percentile plot (report.svg).
+    #[command(after_help = EXIT_CODES_HELP)]
     Report(ReportArgs),
     /// A subscriber process of a run (started by `run` itself).
     #[command(hide = true)]
@@ -98,13 +100,17 @@ pub fn main() -> ExitCode {
                 );
             }
         }),
-        Command::Run(a) => run::run(a).map(|s| {
-            if a.json {
-                println!("{}", serde_json::to_string(&s).unwrap_or_default());
-            } else {
-                print!("{}", s.table());
+        Command::Run(a) => match run::run(a) {
+            Ok(s) => {
+                if a.json {
+                    println!("{}", serde_json::to_string(&s).unwrap_or_default());
+                } else {
+                    print!("{}", s.table());
+                }
+                return ExitCode::from(output::completed(s.loss().as_deref(), a.allow_loss));
             }
-        }),
+            Err(e) => Err(e),
+        },
         Command::Report(a) => report::run(a).map(|r| {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());

@@ -551,8 +551,7 @@ fn a_pcap_of_other_traffic_says_it_holds_no_moldudp64() {
     assert!(
         err.contains(&format!(
             "mdbus-replay: {pcap} holds no MoldUDP64 messages: 6 packets, 6 of them UDP/IPv4 \
-             datagrams, 6 not MoldUDP64 packets (the first, to 224.0.0.251:5353: MoldUDP64 \
-             packet of 13 bytes is shorter than the 20-byte header)"
+             datagrams; skipped: 5 short_header, 1 bad_block_length"
         )),
         "{err}"
     );
@@ -702,7 +701,12 @@ fn report_puts_logs_side_by_side_with_ratios() {
     assert_eq!(u(&entries[1], "count"), counts[1]);
     assert_eq!(entries[0]["ratio"]["p99"].as_f64(), Some(1.0));
     let expected = u(&entries[1], "p99") as f64 / u(&entries[0], "p99") as f64;
-    assert_eq!(entries[1]["ratio"]["p99"].as_f64(), Some(expected));
+    // JSON's shortest decimal may differ from the quotient in the last bit.
+    let ratio = entries[1]["ratio"]["p99"].as_f64().unwrap();
+    assert!(
+        (ratio - expected).abs() <= expected * 1e-12,
+        "{ratio} {expected}"
+    );
     let svg = std::fs::read_to_string(Path::new(&rdir).join("report.svg")).unwrap();
     assert!(svg.contains("run0/latency.hlog") && svg.contains("run1/latency.hlog"));
     // The table: a column per log, ratios in parentheses.
