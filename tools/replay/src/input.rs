@@ -149,6 +149,28 @@ pub enum InputError {
     },
 }
 
+impl InputError {
+    /// Why reading was stopped, if it was: the error itself, or a read
+    /// error inside a reader's error.
+    pub fn stopped(&self) -> Option<&Stopped> {
+        if let InputError::Stopped { why, .. } = self {
+            return Some(why);
+        }
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            let inner = e
+                .downcast_ref::<io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<Stopped>());
+            if inner.is_some() {
+                return inner;
+            }
+            cause = e.source();
+        }
+        None
+    }
+}
+
 /// Counts of what the input held besides the messages replayed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct InputStats {
@@ -257,7 +279,7 @@ impl Skipped {
 
 /// Why a read stopped waiting (the error inside the `io::Error` a
 /// [`WakingReader`] returns).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Stopped {
     /// SIGINT or SIGTERM arrived.
     #[error("interrupted by a signal while waiting for input")]

@@ -375,10 +375,7 @@ fn replay(
         let chunk = match loader.next_chunk(deadline) {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
-            Err(InputError::Stopped {
-                why: Stopped::Deadline,
-                ..
-            }) => {
+            Err(e) if e.stopped() == Some(&Stopped::Deadline) => {
                 sent.cut_short = true;
                 break;
             }
@@ -643,16 +640,16 @@ fn stopped(e: InputError, input: &Path) -> ReplayError {
             input.display()
         ));
     }
-    match e {
-        InputError::Stopped {
-            why: Stopped::Deadline,
-            ..
-        } => ReplayError::Run(format!(
+    match e.stopped() {
+        Some(Stopped::Deadline) => ReplayError::Run(format!(
             "--duration ran out while waiting for input from {}",
             input.display()
         )),
-        e @ InputError::Stopped { .. } => ReplayError::Run(e.to_string()),
-        e => e.into(),
+        Some(Stopped::Signal) => ReplayError::Run(format!(
+            "interrupted while waiting for input from {}",
+            input.display()
+        )),
+        None => e.into(),
     }
 }
 

@@ -22,6 +22,10 @@ use mdbus_replay::hlog::HlogReader;
 use mdbus_replay::schedule::{Rate, Scheduler};
 use serde_json::Value;
 
+/// Hostile captures, pipes, FIFOs, signals and --duration.
+#[path = "replay/hostile.rs"]
+mod hostile;
+
 const REPLAY: &str = env!("CARGO_BIN_EXE_mdbus-replay");
 
 /// Only a guard against a hang turning into a stuck test run.
@@ -70,13 +74,28 @@ impl Drop for Scratch {
 /// Runs mdbus-replay, failing the test if it is still running after
 /// [`HANG_GUARD`].
 fn replay(args: &[&str]) -> Output {
+    replay_with(args, None, |_| {})
+}
+
+/// Runs mdbus-replay with `stdin` written to its standard input (none:
+/// /dev/null), calls `started` with its pid, and fails the test if it is
+/// still running after [`HANG_GUARD`].
+fn replay_with(args: &[&str], stdin: Option<Vec<u8>>, started: impl FnOnce(u32)) -> Output {
     let mut child = Command::new(REPLAY)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start mdbus-replay");
+    if let (Some(bytes), Some(mut input)) = (stdin, child.stdin.take()) {
+        std::thread::spawn(move || input.write_all(&bytes));
+    }
+    started(child.id());
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let (tx, rx) = mpsc::channel();
     let pid = child.id();
