@@ -960,3 +960,22 @@ fn the_python_reference_reads_our_log_and_agrees() {
     assert_eq!(hgrm["mismatches"], serde_json::json!([]), "{hgrm}");
     let _ = std::io::stderr().flush();
 }
+
+#[test]
+fn every_help_lists_the_exit_codes() {
+    for command in [&[][..], &["synth"], &["run"], &["report"]] {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let out = replay(&args);
+        assert!(out.status.success(), "{args:?}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            help.contains(mdbus_tool_support::output::EXIT_CODES_HELP),
+            "{args:?}: {help}"
+        );
+    }
+    let help = String::from_utf8(replay(&["run", "--help"]).stdout).unwrap();
+    for option in ["--allow-loss", "--duration"] {
+        assert!(help.contains(option), "{option}: {help}");
+    }
+}
