@@ -167,6 +167,30 @@ fn a_sequence_that_overflows_injects_nothing() {
 }
 
 #[test]
+fn mdcap_records_follow_the_same_rules() {
+    let s = Scratch::new("mdcap-forged");
+    let path = s.path("forged.mdcap");
+    let mut w = MdcapWriter::create(&path).unwrap();
+    for seq in 1..=PACKETS * PER_PACKET {
+        w.write(BASE_NS + seq, seq, &body(seq)).unwrap();
+        match seq {
+            // A forged record far ahead, a repeat, and one whose sequence
+            // is beyond any plausible range.
+            100 => w.write(BASE_NS + seq, 1 << 63, b"forged").unwrap(),
+            200 => w.write(BASE_NS + seq, 150, &body(150)).unwrap(),
+            300 => w.write(BASE_NS + seq, u64::MAX, b"overflow").unwrap(),
+            _ => {}
+        }
+    }
+    w.finish().unwrap();
+    let (messages, stats) = delivered(&path);
+    assert_eq!(messages, genuine());
+    assert_eq!(stats.duplicates, 1);
+    assert_eq!(stats.skipped.suspect_jumps, 1);
+    assert_eq!(stats.skipped.sequence_overflow, 1);
+}
+
+#[test]
 fn lying_counts_and_lengths_fragments_and_other_frames_are_counted_by_reason() {
     let s = Scratch::new("lies");
     let path = s.path("lies.pcap");
@@ -308,6 +332,46 @@ fn a_fifo_without_a_writer_ends_on_sigterm_and_at_duration() {
         "--duration",
         "1s",
     ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "mdbus-replay: --duration ran out while waiting for input from {fifo}"
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_stalled_pipe_wakes_at_duration() {
+    let s = Scratch::new("stalled");
+    let bytes = capture(microseconds_apart, |_, _| Vec::new());
+    let fifo = s.path("stalled.fifo");
+    mkfifo(&fifo);
+    // The writer sends half the capture, then holds the FIFO open without
+    // writing until the replay has ended.
+    let (done, wait) = mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut w = OpenOptions::new().write(true).open(&fifo).unwrap();
+            w.write_all(&bytes[..bytes.len() / 2]).unwrap();
+            let _ = wait.recv();
+        })
+    };
+    let out = s.path("out");
+    let o = replay(&[
+        "run",
+        &fifo,
+        "--out",
+        &out,
+        "--config",
+        &s.config,
+        "--duration",
+        "1s",
+    ]);
+    done.send(()).unwrap();
+    writer.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!(
