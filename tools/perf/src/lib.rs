@@ -108,7 +108,8 @@ enum Command {
     /// "lost", "recovered", "before_join", "msgs_per_sec", "mb_per_sec"},
     /// where sent = received + lost + before_join (messages published
     /// before a --role sub attached) and recovered counts messages that
-    /// arrived by retransmission (udp).
+    /// arrived by retransmission (udp). A run that lost messages exits
+    /// with status 3 unless --allow-loss.
     #[command(after_help = EXIT_CODES_HELP)]
     Throughput(throughput::Args),
     /// One-way latency and loss recovery of a multicast stream: a
@@ -126,7 +127,8 @@ enum Command {
     /// {"pct", "by", "dropped"}}, where sent = received + lost, lost counts
     /// messages reported in unrecoverable gaps, recovered those that
     /// arrived by retransmission, and dropped the packets the impairment
-    /// dropped.
+    /// dropped. A run that lost messages exits with status 3 unless
+    /// --allow-loss.
     #[command(after_help = EXIT_CODES_HELP)]
     Mcast(mcast::Args),
 }

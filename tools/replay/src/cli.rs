@@ -56,17 +56,23 @@ enum Command {
     /// Replay a capture through an mdbus stream to subscriber processes
     /// and measure one-way latency.
     ///
-    /// INPUT's format is recognised from its content: pcap or pcapng of
-    /// MoldUDP64 over UDP (each message timed by its packet's capture
-    /// time; duplicates of a sequence number, as from A/B lines, are
-    /// replayed once), mdcap (timed by its records), or an ITCH 5.0
-    /// BinaryFILE (timed by the ITCH timestamps). Writes into --out:
+    /// INPUT is a file, a FIFO, or - for standard input, opened once; its
+    /// format is recognised from its content: pcap or pcapng of MoldUDP64
+    /// over UDP (each message timed by its packet's capture time), mdcap
+    /// (timed by its records), or an ITCH 5.0 BinaryFILE (timed by the
+    /// ITCH timestamps). Captures follow the relay's rules: one session,
+    /// each sequence number once and in order (A/B duplicates dropped),
+    /// far jumps and overflowing ranges refused; everything skipped is
+    /// counted by reason under "skipped", and anything that may have been
+    /// feed data, like messages a subscriber missed, makes the exit
+    /// status 3 unless --allow-loss. Writes into --out:
     /// latency.hlog (HdrHistogram interval log, format 1.3, one histogram
     /// per --interval, values in ns), latency.hgrm (percentile
     /// distribution, values in µs: scaling ratio 1000), percentiles.svg
     /// and timeline.svg, and prints a table, or with --json one object:
     /// {"count", "p50", "p90", "p99", "p999", "p9999", "max" (ns),
-    /// "msgs_per_sec", "drops", "gaps", ...}. drops = messages published
+    /// "msgs_per_sec", "drops", "gaps", ..., "skipped": {reason: count},
+    /// "duration_reached"}. drops = messages published
     /// but not delivered, summed over subscribers; gaps = loss events
     /// (overruns on shm, unrecoverable gaps on udp and verbs).
     #[command(after_help = EXIT_CODES_HELP)]
