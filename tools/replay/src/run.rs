@@ -634,6 +634,11 @@ fn catch_interrupts() -> Result<(), ReplayError> {
 /// An input error, unless reading was stopped by a signal or the
 /// deadline: then a run failure that says so (exit status 1).
 fn stopped(e: InputError, input: &Path) -> ReplayError {
+    let input = if input == Path::new("-") {
+        Path::new("standard input")
+    } else {
+        input
+    };
     if mdbus_tool_support::signals::requested() {
         return ReplayError::Run(format!(
             "interrupted while waiting for input from {}",
