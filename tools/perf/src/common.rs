@@ -256,8 +256,8 @@ impl Failure {
     /// The process exit status for this failure.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Failure::Unavailable(_) | Failure::Usage(_) => 2,
-            Failure::Run(_) => 1,
+            Failure::Unavailable(_) | Failure::Usage(_) => mdbus_tool_support::output::EXIT_USAGE,
+            Failure::Run(_) => mdbus_tool_support::output::EXIT_FAILED,
         }
     }
 }

@@ -47,6 +47,7 @@ pub mod verbs;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mdbus_tool_support::output::EXIT_CODES_HELP;
 
 /// Measure an mdbus transport between two processes.
 #[derive(Debug, Parser)]
@@ -63,9 +64,7 @@ the same --name and addresses.\n\nTransports: shm (shared memory, one host), udp
 UDP multicast with loss recovery), tcp (sessions on TCP). On udp and tcp the defaults run on \
 the loopback of one host. verbs (RDMA: RC sessions, UD multicast streams) needs an active \
 RDMA port: --device names it; without one the run is refused in one line.",
-    after_help = "Exit status: 0 on success, 1 when a run fails (a peer dies, stalls or \
-cannot be reached), 2 for a usage error, including a transport this build does not carry \
-or this machine lacks (verbs without an active RDMA port)."
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     /// Log what the library reports at info level (core placement, huge
@@ -92,6 +91,7 @@ enum Command {
     /// waits. With --json the output is one object:
     /// {"transport", "channel", "size", "iters", "warmup",
     ///  "rtt_ns": {"p50", "p90", "p99", "p999", "max"}}.
+    #[command(after_help = EXIT_CODES_HELP)]
     Pingpong(pingpong::Args),
     /// One-way throughput: a sender sends --count messages, a receiver
     /// counts what arrives and what was lost. A stream on shm and udp, a
@@ -108,7 +108,9 @@ enum Command {
     /// "lost", "recovered", "before_join", "msgs_per_sec", "mb_per_sec"},
     /// where sent = received + lost + before_join (messages published
     /// before a --role sub attached) and recovered counts messages that
-    /// arrived by retransmission (udp).
+    /// arrived by retransmission (udp). A run that lost messages exits
+    /// with status 3 unless --allow-loss.
+    #[command(after_help = EXIT_CODES_HELP)]
     Throughput(throughput::Args),
     /// One-way latency and loss recovery of a multicast stream: a
     /// publisher sends --count stamped messages at --rate, a subscriber
@@ -125,7 +127,9 @@ enum Command {
     /// {"pct", "by", "dropped"}}, where sent = received + lost, lost counts
     /// messages reported in unrecoverable gaps, recovered those that
     /// arrived by retransmission, and dropped the packets the impairment
-    /// dropped.
+    /// dropped. A run that lost messages exits with status 3 unless
+    /// --allow-loss.
+    #[command(after_help = EXIT_CODES_HELP)]
     Mcast(mcast::Args),
 }
 
@@ -134,12 +138,12 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     mdbus_tool_support::logging::init("mdbus-perf", cli.verbose);
     let (role, result) = match &cli.command {
-        Command::Pingpong(args) => (args.role_name(), pingpong::run(args)),
+        Command::Pingpong(args) => (args.role_name(), pingpong::run(args).map(|()| 0)),
         Command::Throughput(args) => (args.role_name(), throughput::run(args)),
         Command::Mcast(args) => (args.role_name(), mcast::run(args)),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             match role {
                 Some(role) => eprintln!("mdbus-perf ({role}): {e}"),

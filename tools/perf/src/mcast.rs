@@ -54,6 +54,12 @@ pub struct Args {
     #[command(flatten)]
     pub common: Common,
 
+    /// Exit 0 even when messages were lost (overruns, unrecoverable
+    /// gaps); the report still counts them. Without it a run that lost
+    /// anything exits 3.
+    #[arg(long)]
+    pub allow_loss: bool,
+
     /// Payload bytes per message, at least 8 (the message counter).
     #[arg(long, default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
@@ -147,7 +153,7 @@ struct LossReport {
 }
 
 /// Runs the command.
-pub fn run(args: &Args) -> Result<(), Failure> {
+pub fn run(args: &Args) -> Result<u8, Failure> {
     // Refuses the transports this build cannot run (verbs among them)
     // before saying which ones mcast takes.
     crate::transport::ready(&args.common)?;
@@ -167,13 +173,13 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Some(Role::Pub) => {
             let bus = bus(&args, &name)?;
             publish(&args, &bus, &name)?;
-            Ok(())
+            Ok(0)
         }
         Some(Role::Sub) => {
             let bus = bus(&args, &name)?;
             let report = subscribe(&args, &bus, &name, None, None)?;
             print(&args, &bus, &report, &name, core, None);
-            Ok(())
+            Ok(report.exit_code(args.allow_loss))
         }
         None => {
             let own = [
@@ -226,8 +232,22 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 subscribe(&args, &bus, &name, Some(p), impairment)
             })?;
             print(&args, &bus, &report, &name, core, Some(peer_core));
-            Ok(())
+            Ok(report.exit_code(args.allow_loss))
         }
+    }
+}
+
+impl Report {
+    /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
+    /// when messages were lost and loss is not allowed; says what on stderr.
+    fn exit_code(&self, allow_loss: bool) -> u8 {
+        let lost = (self.lost > 0).then(|| {
+            format!(
+                "{} of {} messages lost (unrecoverable gaps, overruns)",
+                self.lost, self.sent
+            )
+        });
+        mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
     }
 }
 

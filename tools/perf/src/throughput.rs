@@ -50,6 +50,12 @@ pub struct Args {
     #[command(flatten)]
     pub common: Common,
 
+    /// Exit 0 even when messages were lost (overruns, unrecoverable
+    /// gaps); the report still counts them. Without it a run that lost
+    /// anything exits 3.
+    #[arg(long)]
+    pub allow_loss: bool,
+
     /// Payload bytes per message, at least 8 (the message counter).
     #[arg(long, default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
@@ -180,7 +186,7 @@ struct PublisherReport {
 }
 
 /// Runs the command.
-pub fn run(args: &Args) -> Result<(), Failure> {
+pub fn run(args: &Args) -> Result<u8, Failure> {
     crate::transport::ready(&args.common)?;
     let mut args = args.clone();
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
@@ -212,12 +218,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     );
                 }
             }
-            Ok(())
+            Ok(0)
         }
         Some(Role::Sub) => {
             let report = receive(args, &bus, &name, None)?;
             print(args, &bus, &report, &name, core, None);
-            Ok(())
+            Ok(report.exit_code(args.allow_loss))
         }
         None => {
             let own = [
@@ -243,8 +249,22 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             )?;
             let report = peer::measure(publisher, |p| receive(args, &bus, &name, Some(p)))?;
             print(args, &bus, &report, &name, core, Some(peer_core));
-            Ok(())
+            Ok(report.exit_code(args.allow_loss))
         }
+    }
+}
+
+impl Report {
+    /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
+    /// when messages were lost and loss is not allowed; says what on stderr.
+    fn exit_code(&self, allow_loss: bool) -> u8 {
+        let lost = (self.lost > 0).then(|| {
+            format!(
+                "{} of {} messages lost (overruns, unrecoverable gaps)",
+                self.lost, self.sent
+            )
+        });
+        mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
     }
 }
 

@@ -269,23 +269,44 @@ fn throughput_unlapped_reader_receives_everything() {
 fn throughput_counts_add_up_when_the_reader_may_be_lapped() {
     // Capacity far below the count: whatever the machine, every message is
     // either received or reported lost by the stream, never both or
-    // neither (the subscriber attaches before the first message).
+    // neither (the subscriber attaches before the first message). Loss is
+    // exit status 3 with a sentence, unless --allow-loss.
     let s = Scratch::new("tp-lapped");
-    let out = measure(&[
-        "throughput",
-        "--count",
-        "200000",
-        "--capacity",
-        "64",
-        "--name",
-        &s.name,
-        "--config",
-        &s.config,
-        "--json",
-    ]);
-    let v = json_of(&out);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "throughput",
+            "--count",
+            "200000",
+            "--capacity",
+            "64",
+            "--name",
+            &s.name,
+            "--config",
+            &s.config,
+            "--json",
+        ];
+        args.extend(extra);
+        measure(&args)
+    };
+    let out = run(&[]);
+    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(u(&v, &["sent"]), 200000);
     assert_eq!(u(&v, &["before_join"]), 0, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 200000, "{v}");
+    let lost = u(&v, &["lost"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if lost > 0 {
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{lost} of 200000 messages lost")),
+            "{stderr}"
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+    }
+
+    let v = json_of(&run(&["--allow-loss"]));
     assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 200000, "{v}");
 }
 
@@ -1062,4 +1083,23 @@ fn udp_sides_started_by_hand_meet_on_the_given_group() {
     let v = json_of(&out);
     assert_eq!(u(&v, &["sent"]), 2000, "{v}");
     assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 2000, "{v}");
+}
+
+#[test]
+fn every_help_lists_the_exit_codes() {
+    for command in [&[][..], &["pingpong"], &["throughput"], &["mcast"]] {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let out = perf(&args);
+        assert!(out.status.success(), "{args:?}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            help.contains(mdbus_tool_support::output::EXIT_CODES_HELP),
+            "{args:?}: {help}"
+        );
+    }
+    for command in ["throughput", "mcast"] {
+        let help = String::from_utf8(perf(&[command, "--help"]).stdout).unwrap();
+        assert!(help.contains("--allow-loss"), "{command}: {help}");
+    }
 }

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mdbus_tool_support::output::{self, EXIT_CODES_HELP};
 
 use super::error::ReplayError;
 use super::report::{self, ReportArgs};
@@ -28,9 +29,7 @@ mdbus-replay synth --messages 1000000 --out day.itch\n  \
 mdbus-replay run day.itch --transport shm --rate max --out shm-max\n  \
 mdbus-replay run day.itch --transport udp --rate max --out udp-max\n  \
 mdbus-replay report shm-max/latency.hlog udp-max/latency.hlog --out compare",
-    after_help = "Exit status: 0 on success; 1 when a run fails (a subscriber dies or stalls, \
-an output cannot be written); 2 for a usage error or bad input (an unreadable, truncated or \
-unrecognised capture, a corrupt .hlog, a transport this machine lacks)."
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     /// Log what the library reports at info level (core placement, huge
@@ -52,26 +51,35 @@ enum Command {
     /// the close. Messages are timed by their ITCH timestamps, which a
     /// replay paces by. Deterministic: the same options give the same
     /// bytes.
+    #[command(after_help = EXIT_CODES_HELP)]
     Synth(SynthArgs),
     /// Replay a capture through an mdbus stream to subscriber processes
     /// and measure one-way latency.
     ///
-    /// INPUT's format is recognised from its content: pcap or pcapng of
-    /// MoldUDP64 over UDP (each message timed by its packet's capture
-    /// time; duplicates of a sequence number, as from A/B lines, are
-    /// replayed once), mdcap (timed by its records), or an ITCH 5.0
-    /// BinaryFILE (timed by the ITCH timestamps). Writes into --out:
+    /// INPUT is a file, a FIFO, or - for standard input, opened once; its
+    /// format is recognised from its content: pcap or pcapng of MoldUDP64
+    /// over UDP (each message timed by its packet's capture time), mdcap
+    /// (timed by its records), or an ITCH 5.0 BinaryFILE (timed by the
+    /// ITCH timestamps). Captures follow the relay's rules: one session,
+    /// each sequence number once and in order (A/B duplicates dropped),
+    /// far jumps and overflowing ranges refused; everything skipped is
+    /// counted by reason under "skipped", and anything that may have been
+    /// feed data, like messages a subscriber missed, makes the exit
+    /// status 3 unless --allow-loss. Writes into --out:
     /// latency.hlog (HdrHistogram interval log, format 1.3, one histogram
     /// per --interval, values in ns), latency.hgrm (percentile
     /// distribution, values in µs: scaling ratio 1000), percentiles.svg
     /// and timeline.svg, and prints a table, or with --json one object:
     /// {"count", "p50", "p90", "p99", "p999", "p9999", "max" (ns),
-    /// "msgs_per_sec", "drops", "gaps", ...}. drops = messages published
+    /// "msgs_per_sec", "drops", "gaps", ..., "skipped": {reason: count},
+    /// "duration_reached"}. drops = messages published
     /// but not delivered, summed over subscribers; gaps = loss events
     /// (overruns on shm, unrecoverable gaps on udp and verbs).
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Compare interval logs: percentiles side by side with ratios to the
     /// first, and one overlaid percentile plot (report.svg).
+    #[command(after_help = EXIT_CODES_HELP)]
     Report(ReportArgs),
     /// A subscriber process of a run (started by `run` itself).
     #[command(hide = true)]
@@ -98,13 +106,17 @@ pub fn main() -> ExitCode {
                 );
             }
         }),
-        Command::Run(a) => run::run(a).map(|s| {
-            if a.json {
-                println!("{}", serde_json::to_string(&s).unwrap_or_default());
-            } else {
-                print!("{}", s.table());
+        Command::Run(a) => match run::run(a) {
+            Ok(s) => {
+                if a.json {
+                    println!("{}", serde_json::to_string(&s).unwrap_or_default());
+                } else {
+                    print!("{}", s.table());
+                }
+                return ExitCode::from(output::completed(s.loss().as_deref(), a.allow_loss));
             }
-        }),
+            Err(e) => Err(e),
+        },
         Command::Report(a) => report::run(a).map(|r| {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());

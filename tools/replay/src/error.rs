@@ -3,7 +3,6 @@
 use std::io;
 use std::path::Path;
 
-use super::hlog::HlogError;
 use super::input::InputError;
 
 /// Why an `mdbus-replay` command failed. The message is one sentence that
@@ -43,8 +42,10 @@ impl ReplayError {
             ReplayError::Usage(_)
             | ReplayError::Unavailable(_)
             | ReplayError::Input(_)
-            | ReplayError::Log(_) => 2,
-            ReplayError::Output { .. } | ReplayError::Run(_) => 1,
+            | ReplayError::Log(_) => mdbus_tool_support::output::EXIT_USAGE,
+            ReplayError::Output { .. } | ReplayError::Run(_) => {
+                mdbus_tool_support::output::EXIT_FAILED
+            }
         }
     }
 
@@ -73,4 +74,55 @@ impl From<mdbus_tool_support::process::PeerError> for ReplayError {
     fn from(e: mdbus_tool_support::process::PeerError) -> Self {
         ReplayError::Run(e.to_string())
     }
+}
+
+/// Why an interval log cannot be read. Every message names the file and,
+/// where there is one, the line.
+#[derive(Debug, thiserror::Error)]
+pub enum HlogError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Open {
+        /// File name.
+        path: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file has no bytes.
+    #[error("{path} is empty: an interval log holds at least one histogram line")]
+    Empty {
+        /// File name.
+        path: String,
+    },
+    /// A line that is neither a comment, a legend, a start or base time,
+    /// nor an interval.
+    #[error(
+        "{path} line {line} is not an interval log line (a #comment, the legend, or \
+         StartTimestamp,Interval_Length,Interval_Max,Histogram): {found}"
+    )]
+    Syntax {
+        /// File name.
+        path: String,
+        /// Line number, from 1.
+        line: usize,
+        /// The start of the line.
+        found: String,
+    },
+    /// An interval line whose histogram does not decode.
+    #[error("{path} line {line}: the interval's histogram does not decode: {what}")]
+    Histogram {
+        /// File name.
+        path: String,
+        /// Line number, from 1.
+        line: usize,
+        /// Why.
+        what: String,
+    },
+    /// A log without a single interval.
+    #[error("{path} holds no interval histograms")]
+    NoIntervals {
+        /// File name.
+        path: String,
+    },
 }

@@ -32,7 +32,7 @@ use hdrhistogram::serialization::interval_log::{
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
-use super::error::ReplayError;
+use super::error::{HlogError, ReplayError};
 
 /// `Interval_Max` divisor: nanoseconds to milliseconds, as the Java and
 /// Python reference writers do by default.
@@ -44,57 +44,6 @@ const V2_HEADER_LEN: usize = 40;
 /// The largest histogram encoding accepted from a log (a 3-digit
 /// histogram of any range encodes to well under 1 MiB).
 const MAX_ENCODED: usize = 16 << 20;
-
-/// Why an interval log cannot be read. Every message names the file and,
-/// where there is one, the line.
-#[derive(Debug, thiserror::Error)]
-pub enum HlogError {
-    /// The file cannot be read.
-    #[error("cannot read {path}: {source}")]
-    Open {
-        /// File name.
-        path: String,
-        /// The operating system's error.
-        #[source]
-        source: io::Error,
-    },
-    /// The file has no bytes.
-    #[error("{path} is empty: an interval log holds at least one histogram line")]
-    Empty {
-        /// File name.
-        path: String,
-    },
-    /// A line that is neither a comment, a legend, a start or base time,
-    /// nor an interval.
-    #[error(
-        "{path} line {line} is not an interval log line (a #comment, the legend, or \
-         StartTimestamp,Interval_Length,Interval_Max,Histogram): {found}"
-    )]
-    Syntax {
-        /// File name.
-        path: String,
-        /// Line number, from 1.
-        line: usize,
-        /// The start of the line.
-        found: String,
-    },
-    /// An interval line whose histogram does not decode.
-    #[error("{path} line {line}: the interval's histogram does not decode: {what}")]
-    Histogram {
-        /// File name.
-        path: String,
-        /// Line number, from 1.
-        line: usize,
-        /// Why.
-        what: String,
-    },
-    /// A log without a single interval.
-    #[error("{path} holds no interval histograms")]
-    NoIntervals {
-        /// File name.
-        path: String,
-    },
-}
 
 /// One interval read from a log.
 #[derive(Debug, Clone)]

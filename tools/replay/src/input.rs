@@ -7,25 +7,39 @@
 //! | mdcap (`mdbus_feed::mdcap`) | the magic `MDBUSCAP` | the arrival time in its record |
 //! | ITCH 5.0 BinaryFILE | none of the above, and its first messages decode as ITCH 5.0 | its ITCH timestamp (ns since midnight) |
 //!
-//! In a capture, UDP datagrams that are not MoldUDP64 packets are skipped
-//! and counted; so are messages whose sequence number was already seen in
-//! their session (the second copy of an A/B line pair, a retransmission).
-//! A capture without a single MoldUDP64 message is an error.
+//! The input is opened once (a file, a FIFO, or `-` for standard input)
+//! and its format told from its first bytes without consuming them
+//! ([`mdbus_feed::sniff`]), so pipes work. Every read waits in `poll`
+//! with a short timeout, so a FIFO without a writer or a stalled pipe
+//! still wakes for SIGINT/SIGTERM and for `--duration`.
+//!
+//! Captures (pcap, pcapng, mdcap) go through the feed crate's
+//! [`CaptureSequencer`]: the same plausibility rules as the relay (one
+//! session, far jumps only when confirmed, overflowing ranges malformed,
+//! each sequence number once and in order). Everything skipped is counted
+//! by reason in [`Skipped`]. A BinaryFILE has no sequence numbers: its
+//! messages are replayed as they are.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
+use mdbus_feed::arbiter::{ArbiterConfig, ArbiterSink, CaptureSequencer, Line};
 use mdbus_feed::binaryfile::{BinaryFileError, BinaryFileReader};
 use mdbus_feed::itch::{self, DecodeError};
-use mdbus_feed::mdcap::{self, MdcapError, MdcapReader};
-use mdbus_feed::moldudp64::{Packet, PacketKind, SESSION_LEN};
-use mdbus_feed::pcap::{CaptureError, CaptureReader};
+use mdbus_feed::mdcap::{MdcapError, MdcapReader};
+use mdbus_feed::moldudp64::Request;
+use mdbus_feed::pcap::{CaptureError, CaptureFormat, CaptureReader, CaptureStats};
+use mdbus_feed::sniff::{sniff, Format, PeekReader, Sniffed};
+use serde::Serialize;
 
-/// Messages of a BinaryFILE decoded as ITCH before it is accepted as one.
-const PROBE_MESSAGES: u64 = 8;
+/// How long a read waits in `poll` before it looks at the signal flag and
+/// the deadline again.
+const WAKE_EVERY: Duration = Duration::from_millis(50);
 
 /// The formats a replay reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -119,6 +133,14 @@ pub enum InputError {
         /// What it holds instead.
         what: String,
     },
+    /// Reading stopped: SIGINT/SIGTERM, or `--duration` ran out.
+    #[error("reading {name} stopped: {why}")]
+    Stopped {
+        /// File name.
+        name: String,
+        /// Why.
+        why: Stopped,
+    },
     /// A well-formed file without messages.
     #[error("{name} holds no messages: there is nothing to replay")]
     NoMessages {
@@ -127,34 +149,240 @@ pub enum InputError {
     },
 }
 
+impl InputError {
+    /// Why reading was stopped, if it was: the error itself, or a read
+    /// error inside a reader's error.
+    pub fn stopped(&self) -> Option<&Stopped> {
+        if let InputError::Stopped { why, .. } = self {
+            return Some(why);
+        }
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            let inner = e
+                .downcast_ref::<io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<Stopped>());
+            if inner.is_some() {
+                return inner;
+            }
+            cause = e.source();
+        }
+        None
+    }
+}
+
 /// Counts of what the input held besides the messages replayed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct InputStats {
     /// Messages handed on for replay.
     pub messages: u64,
-    /// Captures: packets read.
+    /// Captures: packets (frames) read.
     pub packets: u64,
-    /// Captures: packets that were not UDP/IPv4 datagrams.
-    pub not_udp: u64,
-    /// Captures: UDP datagrams that were not MoldUDP64 packets.
-    pub not_moldudp64: u64,
-    /// Captures: MoldUDP64 heartbeats and end-of-session packets.
+    /// Captures: MoldUDP64 heartbeats.
     pub heartbeats: u64,
-    /// Captures: messages whose sequence number their session had already
-    /// delivered (A/B duplicates, retransmissions), skipped.
+    /// Captures: messages whose sequence number was already delivered
+    /// (A/B duplicates, retransmissions), skipped.
     pub duplicates: u64,
+    /// Everything else skipped, by reason.
+    pub skipped: Skipped,
 }
+
+/// What a capture held that was not replayed, by reason. The frame
+/// reasons are the capture reader's ([`CaptureStats`]), the packet
+/// reasons the arbiter's; `unrecoverable` counts messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Frames that are not IP (ARP, other ether types): other traffic.
+    pub not_ipv4: u64,
+    /// IPv6 frames (only UDP over IPv4 is read).
+    pub ipv6: u64,
+    /// IPv4 frames that are not UDP (TCP, ICMP, IGMP): other traffic.
+    pub not_udp: u64,
+    /// IPv4 fragments (not reassembled).
+    pub fragments: u64,
+    /// Frames cut short.
+    pub truncated: u64,
+    /// UDP length fields that disagree with the datagram.
+    pub bad_udp_length: u64,
+    /// Headers that do not parse.
+    pub unparseable: u64,
+    /// pcapng packets on an unsupported link type.
+    pub unsupported_link: u64,
+    /// Datagrams shorter than the MoldUDP64 header.
+    pub short_header: u64,
+    /// MoldUDP64 packets whose message count lies.
+    pub count_mismatch: u64,
+    /// MoldUDP64 packets with a block length that lies.
+    pub bad_block_length: u64,
+    /// MoldUDP64 packets numbered 0.
+    pub sequence_zero: u64,
+    /// MoldUDP64 packets whose range overflows.
+    pub sequence_overflow: u64,
+    /// Packets of a session other than the one followed.
+    pub other_session: u64,
+    /// Packets implausibly far ahead, not confirmed.
+    pub suspect_jumps: u64,
+    /// Packets with messages after the end of their session.
+    pub after_end: u64,
+    /// Messages missing from the capture (a gap neither line filled).
+    pub unrecoverable: u64,
+}
+
+impl Skipped {
+    /// Each reason with its count, and whether it may have been feed data
+    /// (`true`) or is other traffic on the capture's wire (`false`).
+    pub fn reasons(&self) -> [(&'static str, u64, bool); 17] {
+        [
+            ("not_ipv4", self.not_ipv4, false),
+            ("ipv6", self.ipv6, true),
+            ("not_udp", self.not_udp, false),
+            ("fragments", self.fragments, true),
+            ("truncated", self.truncated, true),
+            ("bad_udp_length", self.bad_udp_length, true),
+            ("unparseable", self.unparseable, true),
+            ("unsupported_link", self.unsupported_link, true),
+            ("short_header", self.short_header, true),
+            ("count_mismatch", self.count_mismatch, true),
+            ("bad_block_length", self.bad_block_length, true),
+            ("sequence_zero", self.sequence_zero, true),
+            ("sequence_overflow", self.sequence_overflow, true),
+            ("other_session", self.other_session, true),
+            ("suspect_jumps", self.suspect_jumps, true),
+            ("after_end", self.after_end, true),
+            ("unrecoverable", self.unrecoverable, true),
+        ]
+    }
+
+    /// What may have been feed data and was not replayed, as "3
+    /// fragments, 1 suspect_jumps"; `None` when nothing was.
+    pub fn lost(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .reasons()
+            .iter()
+            .filter(|(_, n, data)| *data && *n > 0)
+            .map(|(name, n, _)| format!("{n} {name}"))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    /// Every nonzero reason, as "2 not_udp, 1 fragments".
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .reasons()
+            .iter()
+            .filter(|(_, n, _)| *n > 0)
+            .map(|(name, n, _)| format!("{n} {name}"))
+            .collect();
+        parts.join(", ")
+    }
+}
+
+/// Why a read stopped waiting (the error inside the `io::Error` a
+/// [`WakingReader`] returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Stopped {
+    /// SIGINT or SIGTERM arrived.
+    #[error("interrupted by a signal while waiting for input")]
+    Signal,
+    /// The run's `--duration` ran out.
+    #[error("--duration ran out while waiting for input")]
+    Deadline,
+}
+
+/// A file, FIFO or pipe whose reads wait in `poll` a little at a time and
+/// give up with [`Stopped`] once SIGINT/SIGTERM arrived or the deadline
+/// passed: a FIFO nobody writes to, or a writer that stalls, never holds
+/// the tool.
+#[derive(Debug)]
+pub struct WakingReader {
+    file: File,
+    deadline: Option<Instant>,
+}
+
+impl WakingReader {
+    fn stopped(&self) -> Option<Stopped> {
+        if mdbus_tool_support::signals::requested() {
+            Some(Stopped::Signal)
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(Stopped::Deadline)
+        } else {
+            None
+        }
+    }
+}
+
+impl Read for WakingReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(why) = self.stopped() {
+                return Err(io::Error::other(why));
+            }
+            let mut fd = libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid, initialised pollfd, whose fd stays open
+            // (owned by self.file) for the call.
+            let ready = unsafe { libc::poll(&mut fd, 1, WAKE_EVERY.as_millis() as libc::c_int) };
+            if ready < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if ready == 0 {
+                continue;
+            }
+            // A FIFO is opened non-blocking (so that opening one without
+            // a writer does not block): readiness may still be spurious.
+            match self.file.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The reader every format reads from.
+type Stream = PeekReader<WakingReader>;
 
 enum Source {
     Capture {
-        reader: Box<CaptureReader<BufReader<File>>>,
-        // Next expected sequence number per MoldUDP64 session; a handful
-        // of sessions at most, each added once.
-        next: HashMap<[u8; SESSION_LEN], u64>,
-        first_error: Option<String>,
+        reader: Box<CaptureReader<Stream>>,
+        sequencer: Box<CaptureSequencer>,
     },
-    Mdcap(Box<MdcapReader<BufReader<File>>>),
-    BinaryFile(Box<BinaryFileReader<BufReader<File>>>),
+    Mdcap {
+        reader: Box<MdcapReader<Stream>>,
+        sequencer: Box<CaptureSequencer>,
+    },
+    BinaryFile(Box<BinaryFileReader<Stream>>),
+}
+
+/// Hands the arbiter's messages on, with the time of the datagram (or
+/// record) being read: a message held back for a gap is due when the
+/// packet that completes it arrived.
+struct Deliver<'a, F> {
+    timestamp_ns: u64,
+    sink: &'a mut F,
+    messages: &'a mut u64,
+    unrecoverable: &'a mut u64,
+}
+
+impl<F: FnMut(u64, &[u8])> ArbiterSink for Deliver<'_, F> {
+    fn message(&mut self, _sequence: u64, _line: Line, data: &[u8]) {
+        *self.messages += 1;
+        (self.sink)(self.timestamp_ns, data);
+    }
+
+    fn request(&mut self, _request: &Request) {
+        // A file cannot be asked again.
+    }
+
+    fn unrecoverable(&mut self, _first: u64, count: u64) {
+        *self.unrecoverable += count;
+    }
 }
 
 /// An open input: call [`Input::next_unit`] until it returns `false`, then
@@ -164,6 +392,7 @@ pub struct Input {
     format: InputFormat,
     source: Source,
     stats: InputStats,
+    last_ns: u64,
 }
 
 impl fmt::Debug for Input {
@@ -177,57 +406,83 @@ impl fmt::Debug for Input {
 }
 
 impl Input {
-    /// Opens `path` and recognises its format from its content.
+    /// Opens `path` (`-`: standard input) once and recognises its format
+    /// from its content. Reads give up once SIGINT/SIGTERM arrived (see
+    /// `mdbus_tool_support::signals`) or at `deadline`.
     ///
     /// # Errors
     /// The file cannot be read, is empty, or is none of the formats (a
     /// broken capture header, a BinaryFILE whose first messages are not
     /// ITCH 5.0): the error names the file and says what is wrong.
-    pub fn open(path: &Path) -> Result<Input, InputError> {
-        let name = path.display().to_string();
-        let open = || {
-            File::open(path).map_err(|source| InputError::Open {
-                name: name.clone(),
-                source,
-            })
+    pub fn open(path: &Path, deadline: Option<Instant>) -> Result<Input, InputError> {
+        let name = if path == Path::new("-") {
+            "standard input".to_owned()
+        } else {
+            path.display().to_string()
         };
-        let mut prefix = [0u8; 16];
-        let n = read_prefix(&mut open()?, &mut prefix).map_err(|source| InputError::Open {
+        let open_err = |source| InputError::Open {
             name: name.clone(),
             source,
-        })?;
-        let prefix = &prefix[..n];
-        if n == 0 {
-            return Err(InputError::Empty { name });
-        }
-        let (format, source) = if is_pcap(prefix) {
-            let reader = CaptureReader::new(name.clone(), BufReader::new(open()?))?;
-            let format = match reader.format() {
-                mdbus_feed::pcap::CaptureFormat::Pcap => InputFormat::Pcap,
-                mdbus_feed::pcap::CaptureFormat::PcapNg => InputFormat::Pcapng,
-            };
-            let source = Source::Capture {
-                reader: Box::new(reader),
-                next: HashMap::new(),
-                first_error: None,
-            };
-            (format, source)
-        } else if mdcap::has_magic(prefix) || mdcap::MAGIC.starts_with(prefix) {
-            let reader = MdcapReader::new(name.clone(), BufReader::new(open()?))?;
-            (InputFormat::Mdcap, Source::Mdcap(Box::new(reader)))
+        };
+        let file = if path == Path::new("-") {
+            // A duplicate of descriptor 0, left blocking: it is shared
+            // with whoever started the tool.
+            use std::os::fd::AsFd;
+            File::from(io::stdin().as_fd().try_clone_to_owned().map_err(open_err)?)
         } else {
-            probe_binaryfile(&name, open()?, prefix)?;
-            let reader = BinaryFileReader::new(BufReader::new(open()?));
-            (
+            // Non-blocking, so that opening a FIFO without a writer
+            // returns at once; reads wait in poll instead.
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(open_err)?
+        };
+        let mut stream = PeekReader::new(WakingReader { file, deadline });
+        let format = match sniff(&mut stream).map_err(open_err)? {
+            Sniffed::Empty => return Err(InputError::Empty { name }),
+            Sniffed::Unknown { start, why } => {
+                return Err(InputError::Unrecognised {
+                    name,
+                    start: describe_bytes(&start),
+                    why,
+                })
+            }
+            Sniffed::Known(f) => f,
+        };
+        let sequencer = || Box::new(CaptureSequencer::new(ArbiterConfig::for_capture()));
+        let (format, source) = match format {
+            Format::Pcap | Format::PcapNg => {
+                let reader = CaptureReader::new(name.clone(), stream)?;
+                let format = match reader.format() {
+                    CaptureFormat::Pcap => InputFormat::Pcap,
+                    CaptureFormat::PcapNg => InputFormat::Pcapng,
+                };
+                let source = Source::Capture {
+                    reader: Box::new(reader),
+                    sequencer: sequencer(),
+                };
+                (format, source)
+            }
+            Format::Mdcap => {
+                let reader = MdcapReader::new(name.clone(), stream)?;
+                let source = Source::Mdcap {
+                    reader: Box::new(reader),
+                    sequencer: sequencer(),
+                };
+                (InputFormat::Mdcap, source)
+            }
+            Format::BinaryFile => (
                 InputFormat::Binaryfile,
-                Source::BinaryFile(Box::new(reader)),
-            )
+                Source::BinaryFile(Box::new(BinaryFileReader::new(stream))),
+            ),
         };
         Ok(Input {
             name,
             format,
             source,
             stats: InputStats::default(),
+            last_ns: 0,
         })
     }
 
@@ -247,72 +502,56 @@ impl Input {
     }
 
     /// Reads the next unit of the input (a packet of a capture, a record
-    /// of an mdcap file, a message of a BinaryFILE) and hands each of its
-    /// messages to `sink` with its time in nanoseconds (epoch for
+    /// of an mdcap file, a message of a BinaryFILE) and hands each message
+    /// it releases to `sink` with its time in nanoseconds (epoch for
     /// captures, since midnight for a BinaryFILE). Returns `false` at the
-    /// end of the input. Allocates nothing per message.
+    /// end of the input, after the sequencer has released what it held.
+    /// Allocates nothing per message.
     ///
     /// # Errors
     /// The input is truncated or malformed at this point; the error names
     /// the file and where.
     pub fn next_unit(&mut self, mut sink: impl FnMut(u64, &[u8])) -> Result<bool, InputError> {
-        let stats = &mut self.stats;
-        match &mut self.source {
-            Source::Capture {
-                reader,
-                next,
-                first_error,
-            } => {
-                let Some(d) = reader.next_datagram()? else {
-                    let s = reader.stats();
-                    stats.packets = s.packets;
-                    stats.not_udp = s.skipped();
-                    return Ok(false);
-                };
-                let packet = match Packet::parse_strict(d.payload) {
-                    Ok(p) if is_session_name(&d.payload[..SESSION_LEN]) => p,
-                    Ok(_) => {
-                        stats.not_moldudp64 += 1;
-                        first_error.get_or_insert_with(|| {
-                            format!(
-                                "the first, to {}, has a session name that is not ASCII text",
-                                d.dst
-                            )
-                        });
-                        return Ok(true);
+        macro_rules! deliver {
+            ($timestamp_ns:expr) => {
+                &mut Deliver {
+                    timestamp_ns: $timestamp_ns,
+                    sink: &mut sink,
+                    messages: &mut self.stats.messages,
+                    unrecoverable: &mut self.stats.skipped.unrecoverable,
+                }
+            };
+        }
+        let (more, sequencer) = match &mut self.source {
+            Source::Capture { reader, sequencer } => {
+                let more = match reader.next_datagram()? {
+                    Some(d) => {
+                        self.last_ns = self.last_ns.max(d.timestamp_ns);
+                        sequencer.on_datagram(&d, deliver!(d.timestamp_ns));
+                        true
                     }
-                    Err(e) => {
-                        stats.not_moldudp64 += 1;
-                        first_error.get_or_insert_with(|| format!("the first, to {}: {e}", d.dst));
-                        return Ok(true);
+                    None => {
+                        sequencer.finish(deliver!(self.last_ns));
+                        false
                     }
                 };
-                if packet.kind() != PacketKind::Messages {
-                    stats.heartbeats += 1;
-                    return Ok(true);
-                }
-                let mut session = [0u8; SESSION_LEN];
-                session.copy_from_slice(&d.payload[..SESSION_LEN]);
-                let expected = next.entry(session).or_insert(0);
-                for block in packet.messages().flatten() {
-                    if block.sequence < *expected {
-                        stats.duplicates += 1;
-                        continue;
-                    }
-                    *expected = block.sequence + 1;
-                    stats.messages += 1;
-                    sink(d.timestamp_ns, block.data);
-                }
-                Ok(true)
+                count_frames(reader.stats(), &mut self.stats);
+                (more, sequencer)
             }
-            Source::Mdcap(reader) => match reader.next_record()? {
-                Some(r) => {
-                    stats.messages += 1;
-                    sink(r.timestamp_ns, r.data);
-                    Ok(true)
-                }
-                None => Ok(false),
-            },
+            Source::Mdcap { reader, sequencer } => {
+                let more = match reader.next_record()? {
+                    Some(r) => {
+                        self.last_ns = self.last_ns.max(r.timestamp_ns);
+                        sequencer.on_record(&r, deliver!(r.timestamp_ns));
+                        true
+                    }
+                    None => {
+                        sequencer.finish(deliver!(self.last_ns));
+                        false
+                    }
+                };
+                (more, sequencer)
+            }
             Source::BinaryFile(reader) => {
                 let offset = reader.offset();
                 let index = reader.messages_read();
@@ -329,11 +568,13 @@ impl Input {
                     offset,
                     source,
                 })?;
-                stats.messages += 1;
+                self.stats.messages += 1;
                 sink(ts, m);
-                Ok(true)
+                return Ok(true);
             }
-        }
+        };
+        count_packets(sequencer, &mut self.stats);
+        Ok(more)
     }
 
     /// Checks the input once it has been read to its end.
@@ -346,22 +587,19 @@ impl Input {
             return Ok(self.stats);
         }
         match &self.source {
-            Source::Capture { first_error, .. } => {
+            Source::Capture { reader, .. } => {
                 let s = &self.stats;
-                let udp = s.packets - s.not_udp;
-                let mut what = format!("{} packets, {} of them UDP/IPv4 datagrams", s.packets, udp);
-                if s.not_moldudp64 > 0 {
-                    what.push_str(&format!(
-                        ", {} not MoldUDP64 packets ({})",
-                        s.not_moldudp64,
-                        first_error.as_deref().unwrap_or("")
-                    ));
-                }
+                let mut what = format!(
+                    "{} packets, {} of them UDP/IPv4 datagrams",
+                    s.packets,
+                    reader.stats().datagrams
+                );
                 if s.heartbeats > 0 {
-                    what.push_str(&format!(
-                        ", {} MoldUDP64 heartbeats or end-of-session packets",
-                        s.heartbeats
-                    ));
+                    what.push_str(&format!(", {} MoldUDP64 heartbeats", s.heartbeats));
+                }
+                let skipped = s.skipped.describe();
+                if !skipped.is_empty() {
+                    what.push_str(&format!("; skipped: {skipped}"));
                 }
                 Err(InputError::NoMoldUdp64 {
                     name: self.name.clone(),
@@ -375,6 +613,36 @@ impl Input {
     }
 }
 
+/// The capture reader's skipped frames, by reason.
+fn count_frames(c: &CaptureStats, stats: &mut InputStats) {
+    stats.packets = c.packets;
+    let s = &mut stats.skipped;
+    s.not_ipv4 = c.not_ipv4;
+    s.ipv6 = c.ipv6;
+    s.not_udp = c.not_udp;
+    s.fragments = c.fragments;
+    s.truncated = c.truncated;
+    s.bad_udp_length = c.bad_udp_length;
+    s.unparseable = c.unparseable;
+    s.unsupported_link = c.unsupported_link;
+}
+
+/// The arbiter's refused packets, by reason.
+fn count_packets(sequencer: &CaptureSequencer, stats: &mut InputStats) {
+    let c = sequencer.counters();
+    stats.heartbeats = c.heartbeats;
+    stats.duplicates = c.duplicate_messages;
+    let s = &mut stats.skipped;
+    s.short_header = c.malformed_by.short_header;
+    s.count_mismatch = c.malformed_by.count_mismatch;
+    s.bad_block_length = c.malformed_by.bad_block_length;
+    s.sequence_zero = c.malformed_by.sequence_zero;
+    s.sequence_overflow = c.malformed_by.sequence_overflow;
+    s.other_session = c.other_session;
+    s.suspect_jumps = c.suspect_jumps;
+    s.after_end = c.after_end;
+}
+
 /// The 6-byte ITCH timestamp (ns since midnight) of a message that decodes
 /// as ITCH 5.0.
 fn itch_timestamp(m: &[u8]) -> Result<u64, DecodeError> {
@@ -384,49 +652,6 @@ fn itch_timestamp(m: &[u8]) -> Result<u64, DecodeError> {
     let mut ts = [0u8; 8];
     ts[2..].copy_from_slice(&m[5..itch::HEADER_LEN]);
     Ok(u64::from_be_bytes(ts))
-}
-
-fn is_pcap(prefix: &[u8]) -> bool {
-    matches!(
-        prefix,
-        [0xa1, 0xb2, 0xc3, 0xd4, ..]
-            | [0xd4, 0xc3, 0xb2, 0xa1, ..]
-            | [0xa1, 0xb2, 0x3c, 0x4d, ..]
-            | [0x4d, 0x3c, 0xb2, 0xa1, ..]
-            | [0x0a, 0x0d, 0x0d, 0x0a, ..]
-    )
-}
-
-/// MoldUDP64 session names are ASCII text (space padded); junk datagrams
-/// rarely are.
-fn is_session_name(s: &[u8]) -> bool {
-    s.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
-}
-
-/// Reads the first messages as a BinaryFILE of ITCH 5.0.
-fn probe_binaryfile(name: &str, file: File, prefix: &[u8]) -> Result<(), InputError> {
-    let mut reader = BinaryFileReader::new(BufReader::new(file));
-    let unrecognised = |why: String| InputError::Unrecognised {
-        name: name.to_owned(),
-        start: describe_bytes(&prefix[..prefix.len().min(8)]),
-        why,
-    };
-    for _ in 0..PROBE_MESSAGES {
-        let offset = reader.offset();
-        let index = reader.messages_read();
-        match reader.next_message() {
-            Ok(None) => break,
-            Ok(Some(m)) => {
-                if let Err(e) = itch::decode(m) {
-                    return Err(unrecognised(format!(
-                        "message {index} at byte offset {offset} is not ITCH 5.0: {e}"
-                    )));
-                }
-            }
-            Err(e) => return Err(unrecognised(format!("fails: {e}"))),
-        }
-    }
-    Ok(())
 }
 
 /// `bytes 68 65 6c 6c 6f ("hello")`.
@@ -443,17 +668,4 @@ pub fn describe_bytes(bytes: &[u8]) -> String {
         })
         .collect();
     format!("bytes {} (\"{text}\")", hex.join(" "))
-}
-
-fn read_prefix(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`cli`] | the command line: `synth`, `run`, `report` (and the hidden `subscribe`) |
 //! | [`synth`] | a synthetic ITCH 5.0 day written as a BinaryFILE |
-//! | [`input`] | recognising and reading captures: pcap/pcapng of MoldUDP64, mdcap, BinaryFILE |
+//! | [`input`] | the input opened once (file, FIFO, stdin), recognised by content, captures sequenced by the arbiter's rules, skips counted by reason |
 //! | [`schedule`] | `--rate` and each message's intended send time |
 //! | [`loader`] | reading the input ahead of the replay, on a thread of its own |
 //! | [`transport`] | the stream's bus on shm, udp or verbs, the same in every process |

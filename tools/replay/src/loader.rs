@@ -9,11 +9,17 @@
 //! through the budget's worth of chunks.
 
 use std::collections::VecDeque;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use super::input::{Input, InputError, InputStats};
+use super::input::{Input, InputError, InputStats, Stopped};
 use super::schedule::Scheduler;
+
+/// How long a wait for the loader lasts before the signal flag and the
+/// deadline are looked at again.
+const WAKE_EVERY: Duration = Duration::from_millis(50);
 
 /// Bytes of messages per chunk.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -85,6 +91,7 @@ enum Loaded {
 
 /// The loading thread and its channels.
 pub struct Loader {
+    name: String,
     rx: Receiver<Loaded>,
     free: Sender<Chunk>,
     thread: Option<JoinHandle<()>>,
@@ -115,6 +122,7 @@ impl Loader {
         budget_bytes: usize,
     ) -> std::io::Result<Loader> {
         let max_chunks = (budget_bytes / CHUNK_COST).max(2);
+        let name = input.name().to_owned();
         let (tx, rx) = mpsc::channel();
         let (free, free_rx) = mpsc::channel::<Chunk>();
         let thread = std::thread::Builder::new()
@@ -179,6 +187,7 @@ impl Loader {
                 }
             })?;
         Ok(Loader {
+            name,
             rx,
             free,
             thread: Some(thread),
@@ -192,10 +201,11 @@ impl Loader {
     /// what the whole input held when it was read to its end.
     ///
     /// # Errors
-    /// The input is broken before that point.
-    pub fn prime(&mut self) -> Result<Option<LoadEnd>, InputError> {
+    /// The input is broken before that point, or SIGINT/SIGTERM arrived
+    /// or `deadline` passed while waiting ([`InputError::Stopped`]).
+    pub fn prime(&mut self, deadline: Option<Instant>) -> Result<Option<LoadEnd>, InputError> {
         while self.end.is_none() && self.queued.len() < self.max_chunks {
-            match self.rx.recv() {
+            match self.recv(deadline)? {
                 Ok(Loaded::Chunk(c)) => self.queued.push_back(c),
                 Ok(Loaded::End(end)) => self.end = Some(end),
                 Ok(Loaded::Failed(e)) => return Err(e),
@@ -209,15 +219,16 @@ impl Loader {
     /// or `None` after the last.
     ///
     /// # Errors
-    /// The input turned out broken further on.
-    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, InputError> {
+    /// The input turned out broken further on, or SIGINT/SIGTERM arrived
+    /// or `deadline` passed while waiting ([`InputError::Stopped`]).
+    pub fn next_chunk(&mut self, deadline: Option<Instant>) -> Result<Option<Chunk>, InputError> {
         if let Some(c) = self.queued.pop_front() {
             return Ok(Some(c));
         }
         if self.end.is_some() {
             return Ok(None);
         }
-        match self.rx.recv() {
+        match self.recv(deadline)? {
             Ok(Loaded::Chunk(c)) => Ok(Some(c)),
             Ok(Loaded::End(end)) => {
                 self.end = Some(end);
@@ -225,6 +236,31 @@ impl Loader {
             }
             Ok(Loaded::Failed(e)) => Err(e),
             Err(_) => Ok(None),
+        }
+    }
+
+    /// Waits for the loader's next word, waking now and then for a signal
+    /// or the deadline (a stalled pipe must not hold the replay).
+    fn recv(&mut self, deadline: Option<Instant>) -> Result<Result<Loaded, ()>, InputError> {
+        loop {
+            let why = if mdbus_tool_support::signals::requested() {
+                Some(Stopped::Signal)
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                Some(Stopped::Deadline)
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(InputError::Stopped {
+                    name: self.name.clone(),
+                    why,
+                });
+            }
+            match self.rx.recv_timeout(WAKE_EVERY) {
+                Ok(l) => return Ok(Ok(l)),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(Err(())),
+            }
         }
     }
 

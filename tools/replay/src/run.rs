@@ -17,10 +17,11 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mdbus_tool_support::duration::parse as parse_duration;
 
+use super::error::HlogError;
 use super::error::ReplayError;
 use super::hgrm::{percentile_distribution, MICROSECONDS};
-use super::hlog::{write_hlog, HlogError, HlogReader};
-use super::input::Input;
+use super::hlog::{write_hlog, HlogReader};
+use super::input::{Input, InputError, Stopped};
 use super::loader::Loader;
 use super::peer::Subscriber;
 use super::plot::{self, Curve, TimelinePoint};
@@ -42,7 +43,8 @@ const PROGRESS_EVERY: u64 = 1 << 14;
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// The capture to replay: pcap or pcapng of MoldUDP64, mdcap, or an
-    /// ITCH 5.0 BinaryFILE (recognised by content).
+    /// ITCH 5.0 BinaryFILE (recognised by content), from a file, a FIFO,
+    /// or - for standard input (read once, never reopened).
     pub input: PathBuf,
 
     /// The bus: transport, stream and placement.
@@ -93,6 +95,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST")]
     pub cores: Option<String>,
 
+    /// Stop the run after this long (e.g. 30s, 5m), counted from the
+    /// start of the command: the replay ends at the next message or wait,
+    /// the subscribers account for what was sent, and the summary covers
+    /// it. Waiting for input (a FIFO without a writer, a stalled pipe)
+    /// ends then too. Default: run to the end of the input.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Exit 0 even when messages were lost (subscriber drops, gaps,
+    /// overruns) or input was skipped or unrecoverable; the summary still
+    /// says what. Without it such a run exits 3.
+    #[arg(long)]
+    pub allow_loss: bool,
+
     /// Test hook: each subscriber stalls on every Nth message before
     /// timing it.
     #[arg(long, hide = true, default_value_t = 0)]
@@ -105,6 +121,8 @@ pub struct RunArgs {
 
 /// What the send loop did.
 struct Sent {
+    /// `--duration` ended the replay before the end of the input.
+    cut_short: bool,
     messages: u64,
     last_seq: u64,
     first_ns: u64,
@@ -124,13 +142,16 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
             "--interval must be at least 1ms (the log writes interval times in ms)".into(),
         ));
     }
-    let input = Input::open(&args.input)?;
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let input = Input::open(&args.input, deadline).map_err(|e| stopped(e, &args.input))?;
     let input_name = input.name().to_owned();
     let format = input.format();
     let budget = usize::try_from(args.preload_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     let mut loader = Loader::start(input, Scheduler::new(args.rate, args.max_gap), budget)
         .map_err(|e| ReplayError::Run(format!("cannot start the input reader: {e}")))?;
-    let whole = loader.prime()?;
+    let whole = loader
+        .prime(deadline)
+        .map_err(|e| stopped(e, &args.input))?;
     std::fs::create_dir_all(&args.out).map_err(|e| ReplayError::output(&args.out, e))?;
     let subs_dir = args.out.join("subscribers");
     std::fs::create_dir_all(&subs_dir).map_err(|e| ReplayError::output(&subs_dir, e))?;
@@ -175,9 +196,9 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
         subscribers.push(Subscriber::spawn(k, &a)?);
         sub_cores.push(core);
     }
-    let deadline = Instant::now() + Duration::from_secs(bus.timeout);
+    let ready_by = Instant::now() + Duration::from_secs(bus.timeout);
     for s in &mut subscribers {
-        s.expect_line("ready", deadline)?;
+        s.expect_line("ready", ready_by)?;
     }
     mdbus::affinity::pin_current_thread(publisher_core)
         .map_err(|e| ReplayError::Usage(format!("{e}; choose others with --cores")))?;
@@ -197,6 +218,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
         &progress,
         &mut subscribers,
         &input_name,
+        deadline,
     );
     progress.finish_and_clear();
     let sent = sent?;
@@ -256,6 +278,9 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
         send_msgs_per_sec: per_sec(sent.messages, sent.last_ns.saturating_sub(sent.first_ns)),
         clamped,
         duplicates: stats.duplicates,
+        heartbeats: stats.heartbeats,
+        skipped: stats.skipped,
+        duration_reached: sent.cut_short,
         publisher_core,
         per_subscriber,
         out: args.out.display().to_string(),
@@ -330,24 +355,41 @@ fn replay(
     progress: &ProgressBar,
     subscribers: &mut [Subscriber],
     input: &str,
+    deadline: Option<Instant>,
 ) -> Result<Sent, ReplayError> {
     let max = publisher.max_message();
     let paced = rate.speed().is_some();
     let mut sent = Sent {
+        cut_short: false,
         messages: 0,
         last_seq: 0,
         first_ns: 0,
         last_ns: 0,
     };
     // Start together with the subscribers, also at max.
-    wait_until(t0, publisher, datagram, subscribers)?;
-    while let Some(chunk) = loader.next_chunk()? {
+    if !wait_until(t0, publisher, datagram, subscribers, deadline)? {
+        sent.cut_short = true;
+        return Ok(sent);
+    }
+    loop {
+        let chunk = match loader.next_chunk(deadline) {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) if e.stopped() == Some(&Stopped::Deadline) => {
+                sent.cut_short = true;
+                break;
+            }
+            Err(e) => return Err(stopped(e, Path::new(input))),
+        };
         for item in chunk.items() {
             let data = chunk.message(item);
             let intended = if paced {
                 let due = t0 + item.offset_ns;
-                if mdbus::clock::now_ns() < due {
-                    wait_until(due, publisher, datagram, subscribers)?;
+                if mdbus::clock::now_ns() < due
+                    && !wait_until(due, publisher, datagram, subscribers, deadline)?
+                {
+                    sent.cut_short = true;
+                    break;
                 }
                 due
             } else {
@@ -367,8 +409,14 @@ fn replay(
                 sent.first_ns = intended;
             }
             sent.messages += 1;
-            if datagram && sent.messages % SERVICE_EVERY == 0 {
-                publisher.service()?;
+            if sent.messages % SERVICE_EVERY == 0 {
+                if datagram {
+                    publisher.service()?;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    sent.cut_short = true;
+                    break;
+                }
             }
             if sent.messages % PROGRESS_EVERY == 0 {
                 interrupted()?;
@@ -379,19 +427,25 @@ fn replay(
             }
         }
         loader.recycle(chunk);
+        if sent.cut_short {
+            break;
+        }
     }
     sent.last_ns = mdbus::clock::now_ns();
     Ok(sent)
 }
 
 /// Spins until `due` (ns since the epoch), doing the publisher's duties
-/// and checking on the subscribers now and then.
+/// and checking on the subscribers now and then. Returns `false` when
+/// `deadline` came first; fails when SIGINT/SIGTERM arrived, so a pause of
+/// hours in a capture never holds the tool.
 fn wait_until(
     due: u64,
     publisher: &mut mdbus::Publisher,
     datagram: bool,
     subscribers: &mut [Subscriber],
-) -> Result<(), ReplayError> {
+    deadline: Option<Instant>,
+) -> Result<bool, ReplayError> {
     let mut spins = 0u64;
     while mdbus::clock::now_ns() < due {
         spins += 1;
@@ -399,8 +453,11 @@ fn wait_until(
             if datagram {
                 publisher.service()?;
             }
+            interrupted()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
             if spins % (1 << 20) == 0 {
-                interrupted()?;
                 for s in subscribers.iter_mut() {
                     s.check_alive()?;
                 }
@@ -408,7 +465,7 @@ fn wait_until(
         }
         std::hint::spin_loop();
     }
-    Ok(())
+    Ok(true)
 }
 
 /// After the last message: answers retransmit requests until every
@@ -572,6 +629,33 @@ fn add(into: &mut Histogram<u64>, h: &Histogram<u64>) {
 fn catch_interrupts() -> Result<(), ReplayError> {
     mdbus_tool_support::signals::install()
         .map_err(|e| ReplayError::Run(format!("cannot catch SIGINT and SIGTERM: {e}")))
+}
+
+/// An input error, unless reading was stopped by a signal or the
+/// deadline: then a run failure that says so (exit status 1).
+fn stopped(e: InputError, input: &Path) -> ReplayError {
+    let input = if input == Path::new("-") {
+        Path::new("standard input")
+    } else {
+        input
+    };
+    if mdbus_tool_support::signals::requested() {
+        return ReplayError::Run(format!(
+            "interrupted while waiting for input from {}",
+            input.display()
+        ));
+    }
+    match e.stopped() {
+        Some(Stopped::Deadline) => ReplayError::Run(format!(
+            "--duration ran out while waiting for input from {}",
+            input.display()
+        )),
+        Some(Stopped::Signal) => ReplayError::Run(format!(
+            "interrupted while waiting for input from {}",
+            input.display()
+        )),
+        None => e.into(),
+    }
 }
 
 /// Fails once Ctrl-C or SIGTERM arrived.

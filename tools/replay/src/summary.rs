@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::input::InputFormat;
+use super::input::{InputFormat, Skipped};
 use super::schedule::Rate;
 use super::subscribe::SubscriberCounts;
 
@@ -64,6 +64,13 @@ pub struct Summary {
     pub clamped: u64,
     /// Input messages skipped as duplicates (captures of A/B lines).
     pub duplicates: u64,
+    /// Input MoldUDP64 heartbeats.
+    pub heartbeats: u64,
+    /// What the input held that was not replayed, by reason (frames,
+    /// packets; `unrecoverable` in messages).
+    pub skipped: Skipped,
+    /// `--duration` ended the replay before the end of the input.
+    pub duration_reached: bool,
     /// The core the publisher was pinned to.
     pub publisher_core: usize,
     /// Each subscriber.
@@ -73,6 +80,27 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// What was lost, as a sentence, or `None`: messages not delivered to
+    /// a subscriber, loss events (gaps, overruns), and input that may
+    /// have been feed data but was not replayed (other traffic on the
+    /// capture's wire, not IPv4 or not UDP, is not loss).
+    pub fn loss(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.drops > 0 {
+            parts.push(format!(
+                "{} messages published but not delivered (summed over subscribers)",
+                self.drops
+            ));
+        }
+        if self.gaps > 0 {
+            parts.push(format!("{} loss events (gaps, overruns)", self.gaps));
+        }
+        if let Some(input) = self.skipped.lost() {
+            parts.push(format!("input not replayed: {input}"));
+        }
+        (!parts.is_empty()).then(|| format!("{}: {}", self.input, parts.join("; ")))
+    }
+
     /// The table a person reads.
     pub fn table(&self) -> String {
         let mut s = format!(
@@ -116,6 +144,22 @@ impl Summary {
             self.drops,
             self.gaps
         ));
+        if self.duration_reached {
+            s.push_str(&format!(
+                "--duration reached: stopped after {} messages\n",
+                self.messages
+            ));
+        }
+        let skipped = self.skipped.describe();
+        if !skipped.is_empty() {
+            s.push_str(&format!("input skipped, by reason: {skipped}\n"));
+        }
+        if self.duplicates > 0 {
+            s.push_str(&format!(
+                "input duplicates dropped (A/B copies, repeats): {}\n",
+                self.duplicates
+            ));
+        }
         if self.clamped > 0 {
             s.push_str(&format!(
                 "{} latencies above one hour were recorded as one hour\n",
