@@ -955,7 +955,11 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 fn mcast_recovers_what_a_lossy_network_drops() {
     const TEST: &str = "mcast_recovers_what_a_lossy_network_drops";
     if !is_root() {
-        skip(TEST, "--loss needs root for network namespaces");
+        mdbus_testkit::skip(
+            TEST,
+            mdbus_testkit::Lack::Tool,
+            "--loss needs root for network namespaces",
+        );
         return;
     }
     // A window (and pace) large enough that every dropped message is
@@ -990,7 +994,7 @@ fn mcast_recovers_what_a_lossy_network_drops() {
     let out = wait_or_fail(child, None, "mcast --loss");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(2) && stderr.contains("cannot inject loss") {
-        skip(TEST, stderr.trim());
+        mdbus_testkit::skip(TEST, mdbus_testkit::Lack::Tool, stderr.trim());
         return;
     }
     let v = json_of(&out);

@@ -823,9 +823,19 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// Python or its `hdrhistogram` package cannot be had: a SKIPPED line,
+/// or a failure under CI.
+fn missing(why: &str) {
+    mdbus_testkit::skip(
+        "the Python cross-check of the .hlog",
+        mdbus_testkit::Lack::Tool,
+        why,
+    );
+}
+
 /// A Python virtual environment with the reference `hdrhistogram`
-/// package, under the target directory; `None` (and a SKIPPED line)
-/// where Python or the package cannot be had.
+/// package, under the target directory; `None` (and a SKIPPED line, or a
+/// failure under CI) where Python or the package cannot be had.
 fn python_with_hdrhistogram() -> Option<PathBuf> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hdr-venv");
     let python = venv.join("bin/python");
@@ -845,14 +855,14 @@ fn python_with_hdrhistogram() -> Option<PathBuf> {
     match made {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
-            eprintln!(
-                "SKIPPED: python3 -m venv failed (install python3-venv): {}",
+            missing(&format!(
+                "python3 -m venv failed (install python3-venv): {}",
                 String::from_utf8_lossy(&o.stderr).trim()
-            );
+            ));
             return None;
         }
         Err(e) => {
-            eprintln!("SKIPPED: python3 is not available: {e}");
+            missing(&format!("python3 is not available: {e}"));
             return None;
         }
     }
@@ -862,14 +872,14 @@ fn python_with_hdrhistogram() -> Option<PathBuf> {
     match pip {
         Ok(o) if o.status.success() && has_package(&python) => Some(python),
         Ok(o) => {
-            eprintln!(
-                "SKIPPED: pip install hdrhistogram failed (no network?): {}",
+            missing(&format!(
+                "pip install hdrhistogram failed (no network?): {}",
                 String::from_utf8_lossy(&o.stderr).trim()
-            );
+            ));
             None
         }
         Err(e) => {
-            eprintln!("SKIPPED: cannot run pip: {e}");
+            missing(&format!("cannot run pip: {e}"));
             None
         }
     }
