@@ -30,6 +30,18 @@
 //! retained, the sequences are given up and reported as a gap once every
 //! earlier message has been delivered.
 //!
+//! # Trust
+//! Nothing in a datagram is believed before it is checked (docs/SECURITY.md):
+//! with a key, its MAC; then its form; then its source (each line is bound
+//! to one, see [`SubscriberCore::on_datagram_from`]); then its plausibility.
+//! A new epoch, or a sequence more than `max_jump` ahead (or beyond the
+//! reorder window), needs `confirm` consecutive live datagrams from the
+//! source that agree. A heartbeat announcing messages not seen, and an end
+//! of stream, need the next live datagram to repeat the claim. A
+//! not-available reply counts only for sequences asked for, and only the
+//! second time (the first makes the request go out again at once). Each
+//! refusal is a [`DropReason`] with its own counter.
+//!
 //! # Reordering
 //! A message at the delivery point is handed to the application straight
 //! from the datagram, without a copy. One that arrives early waits in the
