@@ -174,7 +174,7 @@ impl Publisher {
     /// publisher's own upstream feed were lost before they reached it and
     /// cannot be filled. The notice is one message of the stream (it takes
     /// the returned sequence number and is recovered like any message);
-    /// subscribers receive it as [`Event::SourceGap`](crate::Event::SourceGap)
+    /// subscribers receive it as [`Event::SourceGap`]
     /// in its place. Needs `max_message` of at least 16 bytes.
     pub fn publish_source_gap(&mut self, from: u64, to: u64) -> Result<u64> {
         if from >= to {

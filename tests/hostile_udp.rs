@@ -361,3 +361,48 @@ fn a_key_file_others_can_read_is_refused_by_name() {
         assert!(text.contains("streams.s.key_file"), "{text}");
     }
 }
+
+#[test]
+fn a_run_of_forgeries_from_another_port_on_an_idle_stream_displaces_nothing() {
+    let g = group();
+    let b = bus(g, "");
+    let l = listener(g);
+    let mut s = b.subscriber("s").unwrap();
+    let mut p = b.publisher("s").unwrap();
+    let other = run(0, 100, &mut p, &mut s, |_| {});
+    assert!(other.is_empty(), "{other:?}");
+    let (_, id, epoch) = (0..10_000_000)
+        .find_map(|_| sniff(&l))
+        .expect("heard the publisher");
+    // Ten in a row, all agreeing: a restart with a later epoch, as a
+    // genuine restarted publisher would announce itself.
+    let forger = sender(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    for _ in 0..10 {
+        forger
+            .send_to(&control(Kind::Heartbeat, id, epoch + 1, 0, 0), g)
+            .unwrap();
+    }
+    let mut more = Vec::new();
+    let mut next = 101u64;
+    for seq in 101..=200u64 {
+        p.publish(&seq.to_le_bytes()).unwrap();
+    }
+    for _ in 0..50_000_000u64 {
+        p.service().unwrap();
+        s.poll(|e| match e {
+            Event::Message(m) => {
+                assert_eq!(m.seq(), next);
+                next += 1;
+            }
+            e => more.push(format!("{e:?}")),
+        })
+        .unwrap();
+        if next > 200 {
+            break;
+        }
+    }
+    assert_eq!(next, 201, "{more:?}");
+    assert!(more.is_empty(), "{more:?}");
+    let c = s.recovery_counters().unwrap();
+    assert_eq!((c.drops.foreign_source, c.restarts), (10, 0), "{c:?}");
+}

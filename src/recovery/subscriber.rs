@@ -30,6 +30,18 @@
 //! retained, the sequences are given up and reported as a gap once every
 //! earlier message has been delivered.
 //!
+//! # Trust
+//! Nothing in a datagram is believed before it is checked (docs/SECURITY.md):
+//! with a key, its MAC; then its form; then its source (each line is bound
+//! to one, see [`SubscriberCore::on_datagram_from`]); then its plausibility.
+//! A new epoch, or a sequence more than `max_jump` ahead (or beyond the
+//! reorder window), needs `confirm` consecutive live datagrams from the
+//! source that agree. A heartbeat announcing messages not seen, and an end
+//! of stream, need the next live datagram to repeat the claim. A
+//! not-available reply counts only for sequences asked for, and only the
+//! second time (the first makes the request go out again at once). Each
+//! refusal is a [`DropReason`] with its own counter.
+//!
 //! # Reordering
 //! A message at the delivery point is handed to the application straight
 //! from the datagram, without a copy. One that arrives early waits in the
@@ -402,7 +414,8 @@ impl SubscriberCore {
     /// (any value that identifies the sender: a hash of its address and
     /// port, of its GID and QPN). Each line binds to the first source it
     /// hears; datagrams from any other are dropped
-    /// ([`DropReason::ForeignSource`]) unless `confirm` consecutive live
+    /// ([`DropReason::ForeignSource`]) unless, once the bound source has
+    /// been silent for `publisher_timeout`, `confirm` consecutive live
     /// datagrams from one new source agree, which is taken as a restart of
     /// the publisher.
     pub fn on_datagram_from<D, R>(
@@ -512,8 +525,15 @@ impl SubscriberCore {
         if foreign {
             // Replies come from the bound source only; live datagrams from
             // another one count towards a change of source, which must be
-            // confirmed and is taken as a restart.
-            if !live || self.pinned[li] || !self.confirmed(source, d.epoch, top) {
+            // confirmed, is possible only once the bound source has been
+            // silent for the publisher timeout (a live publisher is never
+            // displaced), and is taken as a restart.
+            let silent = now.saturating_sub(self.last_heard) >= self.publisher_timeout_ns;
+            if !live
+                || self.pinned[li]
+                || !self.confirmed(source, d.epoch, top)
+                || (self.epoch.is_some() && !silent)
+            {
                 return Err(DropReason::ForeignSource);
             }
             self.bound[li] = Some(source);
@@ -1812,20 +1832,29 @@ mod tests {
                     .unwrap();
             }
             assert_eq!(t.take(), (4..14).map(msg).collect::<Vec<_>>());
-            // A restarted publisher on a new address: three in a row.
+            // While the bound source is alive, even three in a row from a
+            // new one change nothing.
+            for s in [1u64, 2, 3] {
+                assert_eq!(
+                    t.from(3, &data(20, s, 1, false), 100 * US),
+                    Err(DropReason::ForeignSource)
+                );
+            }
+            // A restarted publisher on a new address, once the old one has
+            // been silent for the publisher timeout (5 ms): three in a row.
             for (i, s) in [1u64, 2, 3].into_iter().enumerate() {
-                let r = t.from(3, &data(20, s, 1, false), 100 * US);
+                let r = t.from(3, &data(20, s, 1, false), 6_000 * US);
                 assert_eq!(r.is_ok(), i == 2, "{r:?}");
             }
             assert_eq!(t.sub.bound_source(Line::A), Some(3));
-            t.tick(200 * US);
+            t.tick(6_100 * US);
             // The new incarnation's first two are asked of the new source.
             assert_eq!(t.requests, vec![(1, 3)]);
-            t.from(3, &data(20, 1, 2, true), 210 * US).unwrap();
+            t.from(3, &data(20, 1, 2, true), 6_110 * US).unwrap();
             assert_eq!(t.take(), vec![Ev::Restart(20), msg(1), msg(2), msg(3)]);
             // The old source is now the foreign one.
             assert_eq!(
-                t.from(GENUINE, &data(1, 14, 1, false), 300 * US),
+                t.from(GENUINE, &data(1, 14, 1, false), 6_200 * US),
                 Err(DropReason::ForeignSource)
             );
         }
