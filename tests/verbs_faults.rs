@@ -431,3 +431,26 @@ fn child_entry() {
         other => panic!("unknown role {other}"),
     }
 }
+
+/// The failure-detection and admission keys are checked at load, each
+/// error naming its key (runs without RDMA).
+#[test]
+fn liveness_and_admission_keys_are_checked() {
+    let load = |verbs: &str| {
+        mdbus::Config::from_toml_str(&format!("[verbs]\n{verbs}\n"), "<test>")
+            .map_err(|e| e.to_string())
+    };
+    let c = load("").unwrap();
+    assert_eq!(c.verbs.keepalive_interval, Duration::from_secs(1));
+    assert_eq!(c.verbs.keepalive_timeout, Duration::from_secs(5));
+    assert!(c.verbs.allow_peers.is_empty());
+    let c = load("allow_peers = [\"10.0.0.2\", \"::ffff:10.0.0.3\"]\nkeepalive_interval = \"200ms\"\nkeepalive_timeout = \"1s\"").unwrap();
+    assert_eq!(c.verbs.allow_peers.len(), 2);
+    let e = load("keepalive_interval = \"0s\"").unwrap_err();
+    assert!(e.contains("verbs.keepalive_interval"), "{e}");
+    let e = load("keepalive_interval = \"5s\"\nkeepalive_timeout = \"5s\"").unwrap_err();
+    assert!(e.contains("verbs.keepalive_timeout"), "{e}");
+    let e = load("allow_peers = [\"10.0.0.2\", \"host-b\"]").unwrap_err();
+    assert!(e.contains("verbs.allow_peers[1]"), "{e}");
+    assert!(e.contains("`host-b` is not an IP address"), "{e}");
+}
