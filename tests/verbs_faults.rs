@@ -125,6 +125,7 @@ fn stays_failed(s: &mut RcSession) {
 }
 
 fn fault_fields(e: &Error) -> (String, u64, u64) {
+    eprintln!("fault: {e}");
     match e {
         Error::RdmaFault {
             cause,
