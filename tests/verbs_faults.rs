@@ -25,9 +25,27 @@ use verbs_support::{addr_a, addr_b, rdma_or_skip, unique_port};
 const ROLE: &str = "MDBUS_VERBS_FAULTS_ROLE";
 const ADDRESS: &str = "MDBUS_VERBS_FAULTS_ADDRESS";
 
-/// Bounds every wait loop: far more iterations than any fault needs to
-/// surface, so running out means a hang, reported as a failure.
-const SPINS: u64 = 200_000_000;
+/// Turns a hang into a failure: every fault here surfaces within the
+/// 2 s keep-alive timeout plus an idle check, so a wait that passes this
+/// means the mechanism under test is missing. No test passes because of
+/// it; it only keeps a broken build from stalling the lane.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Calls `f` until it returns something; panics with `what` after
+/// [`HANG_GUARD`].
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    let mut spins = 0u32;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 && std::time::Instant::now() > deadline {
+            panic!("{what} (waited {} s: a hang)", HANG_GUARD.as_secs());
+        }
+    }
+}
 
 fn scfg(address: String) -> SessionConfig {
     SessionConfig {
@@ -61,54 +79,46 @@ fn pair(scfg: &SessionConfig, vcfg: &VerbsConfig) -> (RcSession, RcSession) {
 }
 
 fn send(s: &mut RcSession, seq: u64) {
-    for _ in 0..SPINS {
+    until("no credit came back", || {
         if let Some(buf) = s.try_claim(8) {
             buf.copy_from_slice(&seq.to_le_bytes());
             assert_eq!(s.commit(8, 0, 0).unwrap(), seq);
-            return;
+            return Some(());
         }
         s.check_peer().unwrap();
-    }
-    panic!("no credit came back");
+        None
+    })
 }
 
 /// Receives exactly `n` messages, numbered from `first`.
 fn receive(s: &mut RcSession, first: u64, n: u64) {
     let mut next = first;
-    for _ in 0..SPINS {
+    until("not every message arrived", || {
         s.poll(64, &mut |m: mdbus::Message<'_>| {
             assert_eq!(m.seq(), next);
             assert_eq!(m.payload(), next.to_le_bytes());
             next += 1;
         })
         .unwrap();
-        if next == first + n {
-            return;
-        }
-    }
-    panic!("only {} of {n} messages arrived", next - first);
+        (next == first + n).then_some(())
+    })
 }
 
 /// Polls until an error; a message arriving after the fault fails.
 fn poll_error(s: &mut RcSession) -> Error {
-    for _ in 0..SPINS {
-        if let Err(e) = s.poll(64, &mut |m: mdbus::Message<'_>| {
+    until("the fault never surfaced in poll", || {
+        s.poll(64, &mut |m: mdbus::Message<'_>| {
             panic!("message {} after the fault", m.seq())
-        }) {
-            return e;
-        }
-    }
-    panic!("the fault never surfaced in poll");
+        })
+        .err()
+    })
 }
 
 /// Checks the peer until an error, claiming nothing in between.
 fn check_error(s: &mut RcSession) -> Error {
-    for _ in 0..SPINS {
-        if let Err(e) = s.check_peer() {
-            return e;
-        }
-    }
-    panic!("the fault never surfaced in check_peer");
+    until("the fault never surfaced in check_peer", || {
+        s.check_peer().err()
+    })
 }
 
 /// After an error every call reports one: no claim, no Ok.
@@ -193,12 +203,10 @@ fn remote_write_outside_the_credit_words_is_refused() {
     // Inside: offset 4 of the 16 registered bytes (unused padding).
     assert!(a.test_remote_write(4, 4));
     let before = a.send_completions();
-    for _ in 0..SPINS {
-        if a.send_completions() > before {
-            break;
-        }
+    until("the write inside never completed", || {
         a.check_peer().unwrap();
-    }
+        (a.send_completions() > before).then_some(())
+    });
     assert!(a.send_completions() > before, "the write inside completed");
     // Outside: byte 64 of the page, not registered for remote access.
     assert!(a.test_remote_write(64, 8));
@@ -275,20 +283,13 @@ fn peer_killed_mid_stream_is_reported_with_the_last_delivered() {
         .unwrap();
     }
     peer.kill();
-    let mut err = None;
-    for _ in 0..SPINS {
-        match s.poll(64, &mut |m: mdbus::Message<'_>| {
+    let err = until("the death never surfaced", || {
+        s.poll(64, &mut |m: mdbus::Message<'_>| {
             assert_eq!(m.seq(), next, "in order up to the death");
             next += 1;
-        }) {
-            Ok(_) => {}
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
-    }
-    let err = err.expect("the death surfaced");
+        })
+        .err()
+    });
     let text = err.to_string();
     let (cause, _, delivered) = fault_fields(&err);
     assert_eq!(delivered, next - 1, "{text}");
