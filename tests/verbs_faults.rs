@@ -456,3 +456,46 @@ fn liveness_and_admission_keys_are_checked() {
     assert!(e.contains("verbs.allow_peers[1]"), "{e}");
     assert!(e.contains("`host-b` is not an IP address"), "{e}");
 }
+
+/// Two initiators for one session: one gets it, the other fails, never
+/// left pending. When its request reached the acceptor while the first was
+/// being set up, it was refused (`rdma_reject`, status 28) and counted;
+/// when it came after the listener was gone, nobody listened.
+#[test]
+fn a_second_initiator_is_refused_not_left_pending() {
+    if !rdma_or_skip("a_second_initiator_is_refused_not_left_pending") {
+        return;
+    }
+    let mut s = scfg(format!("{}:{}", addr_a(), unique_port()));
+    s.connect_timeout = Duration::from_secs(3);
+    let acceptor = std::thread::spawn({
+        let s = s.clone();
+        move || RcSession::accept("o", &s, &vcfg())
+    });
+    let initiators: Vec<_> = (0..2)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || RcSession::connect("o", &s, &vcfg()))
+        })
+        .collect();
+    let results: Vec<_> = initiators.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut a = acceptor.join().unwrap().unwrap();
+    let (ok, err): (Vec<_>, Vec<_>) = results.into_iter().partition(|r| r.is_ok());
+    assert_eq!(
+        (ok.len(), err.len()),
+        (1, 1),
+        "one initiator gets the session"
+    );
+    let err = err.into_iter().next().unwrap().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::NoPeer { .. }), "{text}");
+    a.check_peer().unwrap();
+    if text.contains("refused by the acceptor") {
+        assert_eq!(a.rejected_peers(), 1, "the refusal is counted: {text}");
+    } else {
+        assert!(a.rejected_peers() <= 1, "{text}");
+    }
+    let mut b = ok.into_iter().next().unwrap().unwrap();
+    send(&mut b, 1);
+    receive(&mut a, 1, 1);
+}
