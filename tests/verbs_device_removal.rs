@@ -136,6 +136,7 @@ fn device_deleted_mid_stream_fails_both_ends() {
         .unwrap();
     let la = next_line(&mut child);
     let lb = next_line(&mut child);
+    eprintln!("{la}\n{lb}");
     let status = child.wait().unwrap();
     let deleted = delete.wait().unwrap();
     // Re-create the device whatever happened, for the tests after this one.
