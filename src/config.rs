@@ -308,6 +308,53 @@ pub struct VerbsConfig {
     pub signal_every: u32,
     /// Receive buffers reposted per batch.
     pub recv_batch: u32,
+    // Failure detection and admission of RC sessions (docs/RDMA.md,
+    // docs/SECURITY-rdma.md).
+    /// Idle time after which an RC session writes a zero-length keep-alive
+    /// to its peer. Only an idle session sends one: under load the messages
+    /// themselves are acknowledged.
+    #[serde(with = "duration_str")]
+    pub keepalive_interval: Duration,
+    /// How long a keep-alive (or any send) may stay unacknowledged before
+    /// the session reports its peer gone; also bounds how long an idle
+    /// session takes to learn that. Must exceed `keepalive_interval`.
+    #[serde(with = "duration_str")]
+    pub keepalive_timeout: Duration,
+    /// Addresses an RC acceptor takes connections from, as IP addresses
+    /// (`"10.0.0.2"`) or GIDs written as IPv6 (`"::ffff:10.0.0.2"`,
+    /// `"fe80::1"`). Empty: any peer that names the session. Others are
+    /// rejected and counted.
+    pub allow_peers: Vec<String>,
+}
+
+impl VerbsConfig {
+    /// Checks the failure-detection and admission keys: the key and why.
+    pub fn check_liveness(&self) -> Result<(), (String, String)> {
+        if self.keepalive_interval.is_zero() {
+            return Err((
+                "verbs.keepalive_interval".into(),
+                "0 is not allowed: give a duration such as \"1s\"".into(),
+            ));
+        }
+        if self.keepalive_timeout <= self.keepalive_interval {
+            return Err((
+                "verbs.keepalive_timeout".into(),
+                format!(
+                    "{:?} must be longer than verbs.keepalive_interval ({:?})",
+                    self.keepalive_timeout, self.keepalive_interval
+                ),
+            ));
+        }
+        for (i, a) in self.allow_peers.iter().enumerate() {
+            if a.parse::<std::net::IpAddr>().is_err() {
+                return Err((
+                    format!("verbs.allow_peers[{i}]"),
+                    format!("`{a}` is not an IP address or a GID such as ::ffff:10.0.0.2"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for VerbsConfig {
@@ -320,6 +367,9 @@ impl Default for VerbsConfig {
             max_inline: 64,
             signal_every: 16,
             recv_batch: 16,
+            keepalive_interval: Duration::from_secs(1),
+            keepalive_timeout: Duration::from_secs(5),
+            allow_peers: Vec::new(),
         }
     }
 }
@@ -415,6 +465,7 @@ impl Config {
             };
             return Err(err(key.into(), "0 is not allowed: at least 1".into()));
         }
+        self.verbs.check_liveness().map_err(|(k, m)| err(k, m))?;
         if crate::names::check(&self.shm.prefix).is_err() {
             return Err(err("shm.prefix".into(), NAME_RULE.into()));
         }

@@ -171,6 +171,30 @@ pub enum Error {
         /// What went wrong, as a sentence ("Invalid argument (errno 22)").
         detail: String,
     },
+
+    /// An RDMA session or stream stopped working: a fatal event of its
+    /// device, port or queue pair, a failed or flushed work request, a
+    /// remote access violation, or a peer that went silent or disconnected
+    /// without closing. Says how far the exchange got in both directions.
+    #[error("{channel} on {device} port {port} (QP {qp:#x}) failed: {cause}; the peer had acknowledged the messages sent up to sequence {acked}, and the messages received up to sequence {delivered} were delivered")]
+    RdmaFault {
+        /// The channel, as "session `orders`".
+        channel: String,
+        /// The RDMA device.
+        device: String,
+        /// The port on the device.
+        port: u8,
+        /// The local queue pair number.
+        qp: u32,
+        /// What happened, as a sentence fragment ("the port went down
+        /// (IBV_EVENT_PORT_ERR)").
+        cause: String,
+        /// The last sequence sent whose delivery the peer's device
+        /// acknowledged (0: none); later ones may or may not have arrived.
+        acked: u64,
+        /// The last sequence received and delivered here (0: none).
+        delivered: u64,
+    },
 }
 
 /// " on rxe0 port 1 (QP 0x11)", or less when device, port or QP are not

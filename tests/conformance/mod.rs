@@ -740,6 +740,11 @@ pub fn session_reports_peer_death_after_draining(f: &impl Fixture) {
         Error::PeerLost { .. } => {
             assert!(text.starts_with("session `o`: lost the peer at "), "{text}")
         }
+        // RDMA also says how far the exchange got.
+        Error::RdmaFault { delivered, .. } => {
+            assert!(text.contains("the peer (pid "), "{text}");
+            assert_eq!(delivered, 5, "{text}");
+        }
         other => panic!("expected the peer's death, got {other}"),
     }
 }

@@ -61,3 +61,20 @@ pub fn hw_counter(device: &str, name: &str) -> Option<u64> {
     let p = format!("/sys/class/infiniband/{device}/ports/1/hw_counters/{name}");
     std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
+
+/// Waits until `device`'s port 1 is ACTIVE with its IPv4-mapped GID at
+/// index 1, as the lane leaves it, after a test took its netdev down or
+/// re-created it. Polls sysfs (the state of the environment, not of the
+/// code under test); panics after a minute.
+pub fn wait_port_ready(device: &str) {
+    let port = format!("/sys/class/infiniband/{device}/ports/1");
+    for _ in 0..6000 {
+        let state = std::fs::read_to_string(format!("{port}/state")).unwrap_or_default();
+        let gid = std::fs::read_to_string(format!("{port}/gids/1")).unwrap_or_default();
+        if state.contains("ACTIVE") && gid.starts_with("0000:0000:0000:0000:0000:ffff:") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{port} did not come back ACTIVE with an IPv4 GID");
+}

@@ -22,6 +22,7 @@
 //! See docs/RDMA.md for the design and for running on hardware.
 
 mod ah;
+pub(crate) mod async_events;
 mod cm;
 mod cq;
 mod credit;

@@ -62,14 +62,53 @@ impl Region {
         device: &str,
     ) -> Result<Region> {
         let mem = pool_memory(len, what, device)?;
+        let reg = mem.len();
+        // SAFETY: the caller's contract.
+        unsafe { Self::register(verbs, pd, mem, reg, access, what, device) }
+    }
+
+    /// Like [`new`](Self::new), but registers exactly the first `len`
+    /// bytes, not the whole page: for words a peer may write, so its
+    /// rkey reaches nothing else (a write outside them completes with a
+    /// remote access error).
+    ///
+    /// # Safety
+    /// `pd` must outlive the region.
+    pub(crate) unsafe fn new_exact(
+        verbs: &'static Verbs,
+        pd: &Pd,
+        len: usize,
+        access: u32,
+        what: &str,
+        device: &str,
+    ) -> Result<Region> {
+        let mem = pool_memory(len, what, device)?;
+        // SAFETY: the caller's contract; len <= mem.len().
+        unsafe { Self::register(verbs, pd, mem, len, access, what, device) }
+    }
+
+    /// Registers the first `reg` bytes of `mem`.
+    ///
+    /// # Safety
+    /// `pd` must outlive the region; `reg <= mem.len()`.
+    unsafe fn register(
+        verbs: &'static Verbs,
+        pd: &Pd,
+        mem: Mapping,
+        reg: usize,
+        access: u32,
+        what: &str,
+        device: &str,
+    ) -> Result<Region> {
+        let reg = reg.min(mem.len());
         // SAFETY: `pd` is live (caller); the mapping stays mapped until after
         // the region is deregistered (Drop); the device may write it when
         // `access` allows, and Rust only reaches it through raw pointers.
-        let mr = unsafe { verbs.reg_mr(pd.as_raw(), mem.as_ptr().cast(), mem.len(), access) };
+        let mr = unsafe { verbs.reg_mr(pd.as_raw(), mem.as_ptr().cast(), reg, access) };
         match NonNull::new(mr) {
             Some(mr) => Ok(Region { verbs, mr, mem }),
             None => Err(errors::last(
-                format!("ibv_reg_mr of {} bytes for {what}", mem.len()),
+                format!("ibv_reg_mr of {reg} bytes for {what}"),
                 device,
                 None,
             )),
@@ -84,7 +123,8 @@ impl Region {
 
     /// Bytes registered.
     pub(crate) fn len(&self) -> usize {
-        self.mem.len()
+        // SAFETY: the region is live while `self` is.
+        unsafe { (*self.mr.as_ptr()).length }
     }
 
     /// Local key, for scatter/gather entries.

@@ -4,7 +4,10 @@
 
 use std::ptr::NonNull;
 
-use verbs_sys::{ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, Rdmacm};
+use verbs_sys::{
+    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, Rdmacm, Verbs,
+    IBV_QPS_ERR, IBV_QP_STATE,
+};
 
 use super::cm::CmId;
 use super::cq::Cq;
@@ -136,6 +139,24 @@ impl CmQp {
         let mut bad = std::ptr::null_mut();
         // SAFETY: as in post_send.
         let rc = unsafe { verbs_sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(if rc > 0 { rc } else { errors::errno() })
+        }
+    }
+}
+
+impl CmQp {
+    /// Moves the queue pair to the error state (fault injection in tests):
+    /// outstanding requests are flushed.
+    pub(crate) fn force_error(&mut self, verbs: &Verbs) -> std::result::Result<(), i32> {
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_ERR,
+            ..Default::default()
+        };
+        // SAFETY: the QP is live; only the state is changed.
+        let rc = unsafe { (verbs.ibv_modify_qp)(self.qp.as_ptr(), &mut attr, IBV_QP_STATE as i32) };
         if rc == 0 {
             Ok(())
         } else {

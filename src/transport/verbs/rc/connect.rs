@@ -2,7 +2,7 @@
 //! retries while the acceptor is not there yet, and the rdma_cm events in
 //! between.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use verbs_sys::{
@@ -33,8 +33,8 @@ fn session_addr(channel: &str, cfg: &SessionConfig, name: &str) -> Result<Socket
     })
 }
 
-/// The remote address of a connected id, for messages.
-pub(super) fn peer_of(id: &CmId) -> String {
+/// The remote address of an id (connected, or of a connect request).
+pub(super) fn peer_addr(id: &CmId) -> Option<SocketAddr> {
     // SAFETY: the id is live; the address lies inside it.
     let sa = unsafe { verbs_sys::rdma_get_peer_addr(id.as_raw()) };
     // SAFETY: rdma_cm fills the peer address as a sockaddr_in or _in6
@@ -44,20 +44,54 @@ pub(super) fn peer_of(id: &CmId) -> String {
             libc::AF_INET => {
                 let s = &*sa.cast::<verbs_sys::sockaddr_in>();
                 let ip = std::net::Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes());
-                format!("{ip}:{}", u16::from_be(s.sin_port))
+                Some(SocketAddr::from((ip, u16::from_be(s.sin_port))))
             }
             libc::AF_INET6 => {
                 let s = &*sa.cast::<verbs_sys::sockaddr_in6>();
                 let raw: [u8; 16] = std::ptr::addr_of!(s.sin6_addr).cast::<[u8; 16]>().read();
-                format!(
-                    "[{}]:{}",
+                Some(SocketAddr::from((
                     std::net::Ipv6Addr::from(raw),
-                    u16::from_be(s.sin6_port)
-                )
+                    u16::from_be(s.sin6_port),
+                )))
             }
-            _ => "(unknown address)".into(),
+            _ => None,
         }
     }
+}
+
+/// The remote address of an id, for messages.
+pub(super) fn peer_of(id: &CmId) -> String {
+    match peer_addr(id) {
+        Some(a) => a.to_string(),
+        None => "(unknown address)".into(),
+    }
+}
+
+/// Whether `verbs.allow_peers` admits `peer` (empty: everyone). IPv4 and
+/// its IPv4-mapped GID are the same peer.
+pub(super) fn allowed(allow: &[String], peer: Option<SocketAddr>) -> bool {
+    if allow.is_empty() {
+        return true;
+    }
+    let Some(peer) = peer else {
+        return false;
+    };
+    let ip = peer.ip().to_canonical();
+    allow
+        .iter()
+        .filter_map(|a| a.parse::<IpAddr>().ok())
+        .any(|a| a.to_canonical() == ip)
+}
+
+/// Refuses connect request `id` (rdma_reject) and destroys it (drop).
+pub(super) fn refuse(id: CmId, channel: &str, why: &str, rejected: &mut u64) {
+    id.reject();
+    *rejected += 1;
+    log::warn!(
+        "{channel}: refused a connection request from {}: {why} ({} refused so far)",
+        peer_of(&id),
+        rejected
+    );
 }
 
 /// "REJECTED (status 8: nobody listens on that port)".
@@ -127,6 +161,7 @@ impl RcSession {
             what: "a peer connecting",
             waited_ms: cfg.connect_timeout.as_millis() as u64,
         };
+        let mut rejected = 0u64;
         let (id, peer) = loop {
             let Some(ev) = events.next_until(deadline)? else {
                 return Err(timeout());
@@ -140,19 +175,14 @@ impl RcSession {
             let Some(id) = (unsafe { CmId::adopt(lib.cm, ev.id) }) else {
                 continue;
             };
+            if !allowed(&vcfg.allow_peers, peer_addr(&id)) {
+                refuse(id, &channel, "not in verbs.allow_peers", &mut rejected);
+                continue;
+            }
             match Hello::decode(ev.private_data()) {
                 Ok(h) if h.name_hash == name_hash(name) => break (id, h),
-                Ok(_) => {
-                    id.reject();
-                    log::warn!(
-                        "{channel}: refused a peer from {} that asked for another session",
-                        peer_of(&id)
-                    );
-                }
-                Err(why) => {
-                    id.reject();
-                    log::warn!("{channel}: refused a peer from {}: {why}", peer_of(&id));
-                }
+                Ok(_) => refuse(id, &channel, "it asked for another session", &mut rejected),
+                Err(why) => refuse(id, &channel, &why, &mut rejected),
             }
         };
         let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
@@ -160,7 +190,28 @@ impl RcSession {
         let param = conn_param(&hello);
         id.accept(param, &parts.device, parts.qp.num())?;
         let peer_addr = peer_of(&id);
-        match wait_event(&events, &id, deadline)? {
+        // Other requests arriving meanwhile are refused and destroyed, not
+        // left pending.
+        let established = loop {
+            let Some(ev) = events.next_until(deadline)? else {
+                break None;
+            };
+            if ev.id == id.as_raw() {
+                break Some(ev);
+            }
+            if ev.kind == RDMA_CM_EVENT_CONNECT_REQUEST {
+                // SAFETY: as above.
+                if let Some(extra) = unsafe { CmId::adopt(lib.cm, ev.id) } {
+                    refuse(
+                        extra,
+                        &channel,
+                        "the session already has its peer",
+                        &mut rejected,
+                    );
+                }
+            }
+        };
+        match established {
             Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => {}
             Some(ev) => {
                 return Err(Error::PeerLost {
@@ -176,7 +227,7 @@ impl RcSession {
         }
         drop(listener);
         Ok(RcSession::new(
-            channel, parts, id, events, peer, peer_addr, cfg, vcfg,
+            channel, parts, id, events, peer, peer_addr, cfg, vcfg, rejected,
         ))
     }
 
@@ -202,7 +253,7 @@ impl RcSession {
                 Ok((parts, id, peer)) => {
                     let peer_addr = addr.to_string();
                     return Ok(RcSession::new(
-                        channel, parts, id, events, peer, peer_addr, cfg, vcfg,
+                        channel, parts, id, events, peer, peer_addr, cfg, vcfg, 0,
                     ));
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_sys::{
     ibv_send_wr, ibv_sge, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS,
-    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+    IBV_WC_WR_FLUSH_ERR, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
 };
 
 use super::super::errors;
 use super::end::End;
-use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, WC_BATCH};
+use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, WC_BATCH};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::{SessionEnd, CHECK_EVERY};
@@ -56,18 +56,15 @@ impl RcSession {
         }
     }
 
-    /// Takes send completions until the queue is empty.
+    /// Takes send completions until the queue is empty, noting the last
+    /// sequence the peer acknowledged.
     pub(super) fn reap_sends(&mut self) {
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
         loop {
             let done = match self.send_cq.poll(&mut wcs) {
                 Ok(d) => d,
                 Err(e) => {
-                    self.fail(End::Failed {
-                        op: "ibv_poll_cq (sends)",
-                        detail: errors::describe_errno(e),
-                        errno: Some(e),
-                    });
+                    self.fail_os("ibv_poll_cq (sends)", e);
                     return;
                 }
             };
@@ -79,11 +76,26 @@ impl RcSession {
                 // In-order completion: this request and all before it are
                 // done, failed or flushed alike.
                 self.sq.complete(wc.wr_id);
-                if wc.status != IBV_WC_SUCCESS && failed.is_none() {
+                if wc.status == IBV_WC_SUCCESS {
+                    self.send_completions += 1;
+                    self.acked = self
+                        .acked
+                        .max(self.seq_at[(wc.wr_id % self.sq_depth) as usize]);
+                } else if failed.is_none() {
                     failed = Some(*wc);
                 }
             }
             if let Some(wc) = failed {
+                // A request that failed (not flushed) had every request
+                // before it acknowledged; the entry of the one before is
+                // still its own unless the queue was full.
+                if wc.status != IBV_WC_WR_FLUSH_ERR
+                    && wc.wr_id > 0
+                    && self.sq.next_index() - wc.wr_id < self.sq_depth
+                {
+                    let before = self.seq_at[((wc.wr_id - 1) % self.sq_depth) as usize];
+                    self.acked = self.acked.max(before);
+                }
                 self.wc_failed(&wc, "send");
             }
         }
@@ -97,6 +109,22 @@ impl RcSession {
         bytes: &[u8],
         force_signal: bool,
     ) -> Option<u64> {
+        self.post_write(offset as u64, bytes, offset, force_signal)
+    }
+
+    /// Posts an RDMA write of `bytes` to `remote` bytes into the peer's
+    /// control block, from out-word `out` of the send pool when it does not
+    /// go inline. Zero bytes are a write without a scatter/gather entry.
+    fn post_write(
+        &mut self,
+        remote: u64,
+        bytes: &[u8],
+        out: usize,
+        force_signal: bool,
+    ) -> Option<u64> {
+        if out + bytes.len() > CTRL_LEN {
+            return None;
+        }
         if !self.sq.has_room() {
             self.reap_sends();
             if !self.sq.has_room() {
@@ -112,12 +140,12 @@ impl RcSession {
             // Not inline: the source must be registered. A later write of
             // the same word may overwrite it before the NIC reads it, which
             // only sends a newer count.
-            // SAFETY: CTRL_LEN out-bytes follow the send slots; `offset` +
-            // len stays inside them.
-            let out = unsafe { self.ctrl_out.add(offset) };
+            // SAFETY: CTRL_LEN out-bytes follow the send slots; `out` + len
+            // stays inside them (checked above).
+            let dst = unsafe { self.ctrl_out.add(out) };
             // SAFETY: as above; `bytes` does not overlap the pool.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
-            out.cast_const()
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+            dst.cast_const()
         };
         let mut sge = ibv_sge {
             addr: src as u64,
@@ -132,8 +160,14 @@ impl RcSession {
             send_flags: flags,
             ..Default::default()
         };
-        wr.wr.rdma.remote_addr = self.peer_ctrl + offset as u64;
+        if bytes.is_empty() {
+            // Some devices read a zero-length entry as 2 GiB: none at all.
+            wr.sg_list = std::ptr::null_mut();
+            wr.num_sge = 0;
+        }
+        wr.wr.rdma.remote_addr = self.peer_ctrl + remote;
         wr.wr.rdma.rkey = self.peer_rkey;
+        self.seq_at[(slot.index % self.sq_depth) as usize] = self.next_seq - 1;
         // SAFETY: inline data is copied during the call; otherwise the
         // source is the registered out-word, left alone until overwritten
         // by a newer value of the same word.
@@ -141,14 +175,66 @@ impl RcSession {
             Ok(()) => Some(slot.index),
             Err(e) => {
                 self.sq.untake(slot);
-                self.fail(End::Failed {
-                    op: "ibv_post_send (control write)",
-                    detail: errors::describe_errno(e),
-                    errno: Some(e),
-                });
+                self.fail_os("ibv_post_send (control write)", e);
                 None
             }
         }
+    }
+
+    /// Test hook: an RDMA write of `len` (at most 8) bytes to `offset`
+    /// bytes into the peer's control block, which its registration may
+    /// not cover (then it completes with a remote access error, reported
+    /// by the next `check_peer`). `false` when it could not be posted.
+    #[doc(hidden)]
+    pub fn test_remote_write(&mut self, offset: u64, len: usize) -> bool {
+        let bytes = [0xa5u8; 8];
+        let len = len.min(bytes.len());
+        // Out-word 32..40 is used by no control write.
+        self.post_write(offset, &bytes[..len], 32, true).is_some()
+    }
+
+    /// Test hook: fills the payload of the last message committed with
+    /// `byte`, as a caller reusing its buffer at once would. With the
+    /// message sent inline the peer still gets the original bytes.
+    #[doc(hidden)]
+    pub fn test_scribble_last_send(&mut self, byte: u8) {
+        let Some(index) = self.sq.next_index().checked_sub(1) else {
+            return;
+        };
+        let p = self.send_slot(index);
+        // SAFETY: the slot is inside the registered send pool and holds
+        // HEADER_LEN + max_message bytes; the device only reads it, and a
+        // torn read is exactly what the caller wants to detect.
+        unsafe { std::ptr::write_bytes(p.add(HEADER_LEN), byte, self.max_message) };
+    }
+
+    /// Test hook: takes the send completions queued, nothing else (no
+    /// events, no keep-alive), so a test can count them.
+    #[doc(hidden)]
+    pub fn test_reap_sends(&mut self) {
+        self.reap_sends();
+    }
+
+    /// Test hook: moves the queue pair to the error state, as a fatal
+    /// device error would: every outstanding request is flushed.
+    #[doc(hidden)]
+    pub fn test_force_qp_error(&mut self) -> Result<()> {
+        let verbs = verbs_sys::Verbs::load().map_err(|e| {
+            errors::other(
+                "ibv_modify_qp",
+                self.cold.device.as_str(),
+                Some(self.qpn),
+                e.to_string(),
+            )
+        })?;
+        self.qp.force_error(verbs).map_err(|e| {
+            errors::os(
+                "ibv_modify_qp to ERR",
+                (self.cold.device.as_str(), self.cold.port),
+                Some(self.qpn),
+                e,
+            )
+        })
     }
 
     /// Tells the peer the new receive-buffer count, if it changed.
@@ -177,11 +263,7 @@ impl RcSession {
         // SAFETY: the unposted buffers were delivered and their callbacks
         // returned, so nothing refers to them.
         if let Err(e) = unsafe { self.ring.post(&mut self.qp, n) } {
-            self.fail(End::Failed {
-                op: "ibv_post_recv",
-                detail: errors::describe_errno(e),
-                errno: Some(e),
-            });
+            self.fail_os("ibv_post_recv", e);
             return;
         }
         self.receipts.reposted(n);
@@ -236,6 +318,7 @@ impl SessionEnd for RcSession {
         let slot = self.sq.take(false);
         let p = self.send_slot(slot.index);
         let seq = self.next_seq;
+        self.seq_at[(slot.index % self.sq_depth) as usize] = seq;
         // SAFETY: the slot is ours (see try_claim) and has room for the
         // header in front of the payload.
         let head = unsafe { std::slice::from_raw_parts_mut(p, HEADER_LEN) };
@@ -270,11 +353,7 @@ impl SessionEnd for RcSession {
         if let Err(e) = unsafe { self.qp.post_send(&mut wr) } {
             self.sq.untake(slot);
             self.refresh_events();
-            self.fail(End::Failed {
-                op: "ibv_post_send",
-                detail: errors::describe_errno(e),
-                errno: Some(e),
-            });
+            self.fail_os("ibv_post_send", e);
             return Err(self.ended().expect("a failure was recorded"));
         }
         self.credits.spend();
@@ -291,12 +370,8 @@ impl SessionEnd for RcSession {
             let done = match self.recv_cq.poll(&mut wcs[..want]) {
                 Ok(d) => d,
                 Err(e) => {
-                    return Err(errors::os(
-                        "ibv_poll_cq (receives)",
-                        (self.cold.device.as_str(), self.cold.port),
-                        Some(self.qpn),
-                        e,
-                    ))
+                    self.fail_os("ibv_poll_cq (receives)", e);
+                    return Err(self.ended().expect("a failure was recorded"));
                 }
             };
             if done.is_empty() {
@@ -353,7 +428,7 @@ impl SessionEnd for RcSession {
         self.idle += 1;
         if self.idle >= CHECK_EVERY {
             self.idle = 0;
-            self.refresh_events();
+            self.idle_check();
             if let Some(e) = self.ended() {
                 return Err(e);
             }

@@ -4,85 +4,124 @@
 use std::time::Instant;
 
 use verbs_sys::{
-    ibv_wc, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_WR_FLUSH_ERR,
-    RDMA_CM_EVENT_DEVICE_REMOVAL, RDMA_CM_EVENT_DISCONNECTED,
+    ibv_wc, Rdmacm, IBV_WC_REM_ACCESS_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
+    IBV_WC_WR_FLUSH_ERR, RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_DEVICE_REMOVAL,
+    RDMA_CM_EVENT_DISCONNECTED,
 };
 
+use super::super::cm::CmId;
 use super::super::errors;
-use super::{RcSession, CTRL_CLOSE};
+use super::connect::refuse;
+use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT};
 use crate::error::{Error, Result};
 
 /// How a session came to an end, kept so every later call reports it.
 #[derive(Debug, Clone)]
 pub(super) enum End {
-    /// A work completion or post failed.
-    Failed {
-        op: &'static str,
-        detail: String,
-        errno: Option<i32>,
-    },
-    /// The transport gave up on the peer (no acknowledgements).
-    Lost(String),
+    /// A work request, completion or event failed the session: why.
+    Fault(String),
     /// The peer broke the protocol.
     Protocol(String),
+    /// This end was closed.
+    Closed,
 }
 
 impl RcSession {
+    /// Records the first reason the session ended, then takes the send
+    /// completions still queued, so the acknowledged sequence it reports is
+    /// as recent as the device knows.
     pub(super) fn fail(&mut self, why: End) {
         if self.end.is_none() {
             self.end = Some(why);
+            self.reap_sends();
+        }
+    }
+
+    /// An operation failed with errno `e`.
+    pub(super) fn fail_os(&mut self, op: &str, e: i32) {
+        self.fail(End::Fault(format!(
+            "{op} failed: {}",
+            errors::describe_errno(e)
+        )));
+    }
+
+    /// The fault error of this session, with how far it got.
+    pub(super) fn fault(&self, cause: String) -> Error {
+        Error::RdmaFault {
+            channel: self.cold.channel.clone(),
+            device: self.cold.device.clone(),
+            port: self.cold.port,
+            qp: self.qpn,
+            cause,
+            acked: self.acked,
+            delivered: self.expect_seq - 1,
         }
     }
 
     pub(super) fn end_error(&self, why: &End) -> Error {
         match why {
-            End::Failed { op, detail, errno } => Error::Verbs {
-                op: format!("{} {op}", self.cold.channel),
-                device: self.cold.device.clone(),
-                port: Some(self.cold.port),
-                qp: Some(self.qpn),
-                errno: *errno,
-                detail: detail.clone(),
-            },
-            End::Lost(reason) => Error::PeerLost {
-                channel: self.cold.channel.clone(),
-                peer: self.cold.peer_addr.clone(),
-                reason: reason.clone(),
-            },
+            End::Fault(cause) => self.fault(cause.clone()),
             End::Protocol(reason) => Error::Protocol {
                 channel: self.cold.channel.clone(),
                 peer: self.cold.peer_addr.clone(),
                 reason: reason.clone(),
             },
+            End::Closed => Error::Verbs {
+                op: format!("{} used after close", self.cold.channel),
+                device: self.cold.device.clone(),
+                port: Some(self.cold.port),
+                qp: Some(self.qpn),
+                errno: None,
+                detail: "this end was closed".into(),
+            },
         }
     }
 
-    /// Records a failed work completion.
+    /// Records a failed work completion. A flush is the consequence of
+    /// the queue pair entering the error state: after the peer's
+    /// disconnect or our own close that is the normal end, reported as
+    /// such; otherwise it is a fault, named by the async event that caused
+    /// it when there was one.
     #[cold]
     pub(super) fn wc_failed(&mut self, wc: &ibv_wc, what: &'static str) {
-        match wc.status {
-            // A consequence of a disconnect or of an earlier error.
-            IBV_WC_WR_FLUSH_ERR => {}
-            IBV_WC_RETRY_EXC_ERR => self.fail(End::Lost(
-                "no acknowledgement within the transport retries (the peer's host or the network failed)".into(),
-            )),
-            IBV_WC_RNR_RETRY_EXC_ERR => self.fail(End::Failed {
-                op: what,
-                detail: format!(
-                    "{}: the peer had no receive buffer posted, which credit flow control should prevent",
+        if self.end.is_some() {
+            return;
+        }
+        if wc.status == IBV_WC_WR_FLUSH_ERR {
+            self.refresh_events();
+            if self.disconnected || self.closed || self.end.is_some() {
+                return;
+            }
+            let cause = match self.cold.watch.check() {
+                Some(event) => format!("{event}; its {what} requests were flushed"),
+                None => format!(
+                    "the queue pair entered the error state: a {what} request was flushed ({})",
                     errors::wc_status(wc.status)
                 ),
-                errno: None,
-            }),
-            s => self.fail(End::Failed {
-                op: what,
-                detail: errors::wc_status(s),
-                errno: None,
-            }),
+            };
+            self.fail(End::Fault(cause));
+            return;
         }
+        let cause = match wc.status {
+            IBV_WC_RETRY_EXC_ERR => format!(
+                "no acknowledgement of a {what} within the transport retries, the peer's host, device or the network failed ({})",
+                errors::wc_status(wc.status)
+            ),
+            IBV_WC_RNR_RETRY_EXC_ERR => format!(
+                "{}: the peer had no receive buffer posted, which credit flow control should prevent",
+                errors::wc_status(wc.status)
+            ),
+            IBV_WC_REM_ACCESS_ERR => format!(
+                "the peer's device refused a remote write outside the words it registered for it ({})",
+                errors::wc_status(wc.status)
+            ),
+            s => format!("a {what} completed with an error ({})", errors::wc_status(s)),
+        };
+        self.fail(End::Fault(cause));
     }
 
-    /// Reads rdma_cm events without blocking.
+    /// Reads rdma_cm events without blocking, and the device's async
+    /// events.
     pub(super) fn refresh_events(&mut self) {
         loop {
             match self.cold.events.try_next() {
@@ -90,20 +129,93 @@ impl RcSession {
                     RDMA_CM_EVENT_DISCONNECTED => self.disconnected = true,
                     RDMA_CM_EVENT_DEVICE_REMOVAL => {
                         self.disconnected = true;
-                        self.fail(End::Failed {
-                            op: "rdma_cm",
-                            detail: "the device was removed".into(),
-                            errno: None,
-                        });
+                        self.fail(End::Fault(
+                            "the device was removed (rdma_cm DEVICE_REMOVAL)".into(),
+                        ));
+                    }
+                    // A request that reached the listener before it was
+                    // destroyed: refused and destroyed, never left pending.
+                    RDMA_CM_EVENT_CONNECT_REQUEST => {
+                        if let Ok(cm) = Rdmacm::load() {
+                            // SAFETY: a connect request's id is new and ours
+                            // to own; its channel outlives it.
+                            if let Some(id) = unsafe { CmId::adopt(cm, ev.id) } {
+                                refuse(
+                                    id,
+                                    &self.cold.channel,
+                                    "the session already has its peer",
+                                    &mut self.rejected,
+                                );
+                            }
+                        }
                     }
                     _ => log::debug!("{}: rdma_cm {}", self.cold.channel, ev.name()),
                 },
-                Ok(None) => return,
+                Ok(None) => break,
                 Err(e) => {
                     log::warn!("{}: {e}", self.cold.channel);
-                    return;
+                    break;
                 }
             }
+        }
+        if self.end.is_none() && !self.closed {
+            if let Some(cause) = self.cold.watch.check() {
+                self.fail(End::Fault(cause));
+            }
+        }
+    }
+
+    /// What the idle cadence does: events, send completions, keep-alive.
+    #[cold]
+    pub(super) fn idle_check(&mut self) {
+        self.refresh_events();
+        self.reap_sends();
+        self.keep_alive();
+    }
+
+    /// Writes a zero-length keep-alive when nothing was posted for
+    /// `keepalive_interval`, or at the first idle check after unsignaled
+    /// requests (so their acknowledgement is known), and fails the session when one (or anything
+    /// posted before it) stays unacknowledged for `keepalive_timeout`.
+    /// Under load nothing extra is sent: the messages are acknowledged.
+    fn keep_alive(&mut self) {
+        if self.end.is_some() || self.disconnected || self.closed {
+            return;
+        }
+        let now = Instant::now();
+        if let Some((index, at)) = self.keepalive.pending {
+            if self.sq.completed() > index {
+                self.keepalive.pending = None;
+            } else {
+                if now.saturating_duration_since(at) >= self.keepalive.timeout {
+                    self.fail(End::Fault(format!(
+                        "the peer did not acknowledge a keep-alive within {} ms (its host, its device or the network is gone)",
+                        self.keepalive.timeout.as_millis()
+                    )));
+                }
+                return;
+            }
+        }
+        let posted = self.sq.next_index();
+        if posted != self.keepalive.mark {
+            self.keepalive.mark = posted;
+            self.keepalive.since = now;
+            return;
+        }
+        // Requests posted unsignaled and not yet known complete: one
+        // signaled write at once confirms them (and so the acknowledged
+        // sequence), once per idle spell.
+        let unconfirmed = self.sq.completed() < posted;
+        if unconfirmed
+            || now.saturating_duration_since(self.keepalive.since) >= self.keepalive.interval
+        {
+            // Zero bytes into the credit word: no memory changes, but the
+            // peer's device must acknowledge it.
+            if let Some(index) = self.write_ctrl(CTRL_CREDIT, &[], true) {
+                self.keepalive.pending = Some((index, now));
+            }
+            self.keepalive.mark = self.sq.next_index();
+            self.keepalive.since = now;
         }
     }
 
@@ -120,30 +232,32 @@ impl RcSession {
             return Some(self.end_error(why));
         }
         if self.disconnected {
-            if close != 0 {
-                return Some(Error::PeerLost {
-                    channel: self.cold.channel.clone(),
-                    peer: self.cold.peer_addr.clone(),
-                    reason: format!(
-                        "it closed after sending {} messages, of which {delivered} arrived",
-                        close - 1
-                    ),
-                });
-            }
-            return Some(Error::PeerDied {
-                channel: self.cold.channel.clone(),
-                pid: self.peer_pid,
-            });
+            return Some(self.disconnect_error(close));
         }
         None
+    }
+
+    /// A disconnect the peer did not announce with its close word, or
+    /// one that came before all it sent arrived.
+    fn disconnect_error(&self, close: u64) -> Error {
+        if close != 0 {
+            return self.fault(format!(
+                "the peer closed after sending {} messages, of which {} arrived",
+                close - 1,
+                self.expect_seq - 1
+            ));
+        }
+        self.fault(format!(
+            "the peer (pid {}) disconnected without closing the session: it died, or its host tore the connection down",
+            self.peer_pid
+        ))
     }
 
     /// The state of the peer, checked when idle: the recorded end, a close
     /// or a disconnect.
     #[cold]
     pub(super) fn peer_state(&mut self) -> Result<()> {
-        self.refresh_events();
-        self.reap_sends();
+        self.idle_check();
         if let Some(why) = &self.end {
             return Err(self.end_error(why));
         }
@@ -153,10 +267,7 @@ impl RcSession {
             });
         }
         if self.disconnected {
-            return Err(Error::PeerDied {
-                channel: self.cold.channel.clone(),
-                pid: self.peer_pid,
-            });
+            return Err(self.disconnect_error(0));
         }
         Ok(())
     }
@@ -207,10 +318,6 @@ impl RcSession {
         self.cold.id.disconnect();
         self.disconnected = true;
         // Later calls report this, not the disconnect as the peer's death.
-        self.fail(End::Failed {
-            op: "used after close",
-            detail: "this end was closed".into(),
-            errno: None,
-        });
+        self.fail(End::Closed);
     }
 }

@@ -35,8 +35,9 @@ mod end;
 mod hello;
 mod setup;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::async_events::Watch;
 use super::cm::{CmId, EventChannel};
 use super::cq::Cq;
 use super::credit::{Credits, Receipts};
@@ -57,6 +58,9 @@ const CTRL_CREDIT: usize = 0;
 const CTRL_CLOSE: usize = 8;
 /// Bytes of the control block and of the out-words in the send pool.
 const CTRL_LEN: usize = 64;
+/// Bytes of the control block the peer may write: the credit word and the
+/// close word, registered on their own (remote write nowhere else).
+const CTRL_REMOTE_LEN: usize = 16;
 /// Transport retries (timeouts without an acknowledgement) before a send
 /// fails: the most the field allows.
 const RETRY_COUNT: u8 = 7;
@@ -93,6 +97,16 @@ pub struct RcSession {
     peer_ctrl: u64,
     peer_rkey: u32,
     idle: u32,
+    /// The last sequence whose send the peer's device acknowledged.
+    acked: u64,
+    /// Per send-queue entry (request index % depth): the last message
+    /// sequence posted at or before that request.
+    seq_at: Box<[u64]>,
+    /// Signaled send completions reaped (successful ones).
+    send_completions: u64,
+    keepalive: KeepAlive,
+    /// Connection requests refused (not allowed, wrong session, extra).
+    rejected: u64,
     /// DISCONNECTED (or device removal) seen, or we disconnected.
     disconnected: bool,
     end: Option<End>,
@@ -110,8 +124,22 @@ pub struct RcSession {
     cold: Box<Cold>,
 }
 
+/// Keep-alive state, looked at only at the idle cadence.
+struct KeepAlive {
+    interval: Duration,
+    timeout: Duration,
+    /// Send requests posted when last looked, and since when unchanged.
+    mark: u64,
+    since: Instant,
+    /// The outstanding keep-alive: its request index and when it was posted.
+    pending: Option<(u64, Instant)>,
+}
+
 /// What the data path does not touch, boxed to keep the session small.
 struct Cold {
+    /// Async events of the device; dropped before the id holding the
+    /// context open.
+    watch: Watch,
     channel: String,
     device: String,
     port: u8,
@@ -164,6 +192,25 @@ impl RcSession {
     /// The peer's process id, from its connect data.
     pub fn peer_pid(&self) -> u32 {
         self.peer_pid
+    }
+
+    /// Connection requests the acceptor refused while setting this session
+    /// up or afterwards: peers not in `verbs.allow_peers`, peers of another
+    /// session, and requests beyond the one served.
+    pub fn rejected_peers(&self) -> u64 {
+        self.rejected
+    }
+
+    /// Successful signaled send completions reaped so far (with
+    /// `verbs.signal_every` N, one per N requests).
+    pub fn send_completions(&self) -> u64 {
+        self.send_completions
+    }
+
+    /// The last sequence sent whose delivery the peer's device has
+    /// acknowledged, as far as completions reaped so far show.
+    pub fn acked(&self) -> u64 {
+        self.acked
     }
 }
 

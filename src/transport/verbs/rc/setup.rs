@@ -2,10 +2,11 @@
 //! pools and queue pair of one end, and the session assembled from them
 //! once connected.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use verbs_sys::{IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC};
 
+use super::super::async_events::Watch;
 use super::super::cm::{CmId, EventChannel};
 use super::super::cq::Cq;
 use super::super::credit::{repost_batch, Credits, Receipts};
@@ -16,7 +17,7 @@ use super::super::recv_ring::RecvRing;
 use super::super::send_queue::SendQueue;
 use super::super::{device, errors, Lib};
 use super::hello::{name_hash, Hello};
-use super::{Cold, RcSession, CTRL_LEN, SQ_SLACK};
+use super::{Cold, KeepAlive, RcSession, CTRL_LEN, CTRL_REMOTE_LEN, SQ_SLACK};
 use crate::config::{SessionConfig, VerbsConfig};
 use crate::error::Result;
 use crate::transport::slot_size;
@@ -41,6 +42,7 @@ pub(super) struct Parts {
     pub(super) slot: usize,
     pub(super) recv_depth: u32,
     pub(super) max_message: usize,
+    pub(super) verbs: &'static verbs_sys::Verbs,
 }
 
 impl Parts {
@@ -122,10 +124,10 @@ impl Parts {
         }?;
         // SAFETY: as above.
         let ctrl_mem = unsafe {
-            Region::new(
+            Region::new_exact(
                 lib.verbs,
                 &pd,
-                CTRL_LEN,
+                CTRL_REMOTE_LEN,
                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                 "the control block",
                 &device,
@@ -181,6 +183,7 @@ impl Parts {
             slot,
             recv_depth,
             max_message: cfg.max_message,
+            verbs: lib.verbs,
         })
     }
 
@@ -207,6 +210,7 @@ impl RcSession {
         peer_addr: String,
         cfg: &SessionConfig,
         vcfg: &VerbsConfig,
+        rejected: u64,
     ) -> RcSession {
         let max_message = parts.max_message.min(peer.max_payload as usize);
         if max_message < parts.max_message {
@@ -233,6 +237,21 @@ impl RcSession {
             vcfg.signal_every,
             repost_batch(vcfg.recv_batch, parts.recv_depth)
         );
+        // SAFETY: rdma_cm keeps the id's context open while the id lives;
+        // the watch is dropped before the id (Cold's field order).
+        let watch = unsafe {
+            Watch::new(
+                parts.verbs,
+                id.context(),
+                id.port(),
+                parts.qp.num(),
+                [
+                    parts.send_cq.as_raw() as usize,
+                    parts.recv_cq.as_raw() as usize,
+                ],
+            )
+        };
+        let now = Instant::now();
         RcSession {
             sq: SendQueue::new(sq_depth as u32, vcfg.signal_every),
             credits: Credits::new(peer.recv_depth),
@@ -254,6 +273,17 @@ impl RcSession {
             peer_ctrl: peer.ctrl_addr,
             peer_rkey: peer.ctrl_rkey,
             idle: 0,
+            acked: 0,
+            seq_at: vec![0; sq_depth as usize].into_boxed_slice(),
+            send_completions: 0,
+            keepalive: KeepAlive {
+                interval: vcfg.keepalive_interval,
+                timeout: vcfg.keepalive_timeout,
+                mark: 0,
+                since: now,
+                pending: None,
+            },
+            rejected,
             disconnected: false,
             end: None,
             closed: false,
@@ -265,6 +295,7 @@ impl RcSession {
             recv_cq: parts.recv_cq,
             ring: parts.ring,
             cold: Box::new(Cold {
+                watch,
                 channel,
                 device: parts.device,
                 port: id.port(),
