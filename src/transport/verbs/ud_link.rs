@@ -44,11 +44,13 @@ use std::time::{Duration, Instant};
 
 use verbs_sys::{
     ibv_ah_attr, ibv_send_wr, ibv_sge, ibv_wc, IBV_ACCESS_LOCAL_WRITE, IBV_GID_TYPE_ROCE_V2,
-    IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_SUCCESS, IBV_WR_SEND,
-    RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_MULTICAST_JOIN, RDMA_PS_UDP,
+    IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_SUCCESS,
+    IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_MULTICAST_JOIN,
+    RDMA_PS_UDP,
 };
 
 use super::ah::{Ah, AhCache};
+use super::async_events::Watch;
 use super::cm::{CmId, EventChannel, UdParam};
 use super::cq::Cq;
 use super::credit::repost_batch;
@@ -196,6 +198,13 @@ pub struct UdLink {
     channel: String,
     device: String,
     qpn: u32,
+    /// Empty receive polls since the device's events were last read.
+    idle_polls: u32,
+    /// A fault already reported: every later call returns it again.
+    fault: Option<String>,
+    // Declared before the id: the watch must end while rdma_cm still holds
+    // the device context open.
+    watch: Watch,
     // Verbs objects in teardown order: QP, address handles, queues, pools,
     // PD, then the id and its channel (after Drop::drop left the group).
     qp: CmQp,
@@ -424,6 +433,17 @@ impl UdLink {
             ud.qkey,
             inline_max
         );
+        // SAFETY: rdma_cm keeps the id's context open while the id lives;
+        // the watch is dropped before the id (UdLink's field order).
+        let watch = unsafe {
+            Watch::new(
+                lib.verbs,
+                id.context(),
+                id.port(),
+                qpn,
+                [send_cq.as_raw() as usize, recv_cq.as_raw() as usize],
+            )
+        };
         let send_depth = u64::from(cfg.send_depth);
         Ok(UdLink {
             sq: SendQueue::new(cfg.send_depth, vcfg.signal_every),
@@ -448,6 +468,9 @@ impl UdLink {
             channel: channel.into(),
             device,
             qpn,
+            idle_polls: 0,
+            fault: None,
+            watch,
             qp,
             ahs: AhCache::new(cfg.peer_cache),
             group_ah,
@@ -482,6 +505,32 @@ impl UdLink {
         self.received
     }
 
+    /// The line's end: a device event or a flushed completion says the QP
+    /// can carry nothing more. Every later call returns the same error.
+    #[cold]
+    fn fault(&mut self, cause: String) -> Error {
+        let cause = self.fault.get_or_insert(cause).clone();
+        Error::RdmaFault {
+            channel: self.channel.clone(),
+            device: self.device.clone(),
+            port: self.port,
+            qp: self.qpn,
+            cause,
+            acked: 0,
+            delivered: 0,
+        }
+    }
+
+    /// Reads the device's pending async events (non-blocking) and ends the
+    /// line if one concerns its QP, CQs, port or device.
+    #[cold]
+    fn check_device(&mut self) -> Result<()> {
+        match self.watch.check() {
+            Some(cause) => Err(self.fault(cause)),
+            None => Ok(()),
+        }
+    }
+
     /// Takes send completions until the queue is empty; a failed send is
     /// counted as dropped.
     fn reap(&mut self) -> Result<()> {
@@ -498,12 +547,18 @@ impl UdLink {
             if done.is_empty() {
                 return Ok(());
             }
+            let mut flushed = false;
             for wc in done {
                 self.sq.complete(wc.wr_id);
                 if wc.status != IBV_WC_SUCCESS {
                     self.dropped += 1;
+                    flushed |= wc.status == IBV_WC_WR_FLUSH_ERR;
                     log::debug!("{}: send {}", self.channel, errors::wc_status(wc.status));
                 }
+            }
+            if flushed {
+                let cause = format!("a send was {}", errors::wc_status(IBV_WC_WR_FLUSH_ERR));
+                return Err(self.fault(cause));
             }
         }
     }
@@ -674,6 +729,9 @@ impl DatagramLink for UdLink {
 
     #[inline]
     fn poll<F: FnMut(UdPeer, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        if self.fault.is_some() {
+            return Err(self.fault(String::new()));
+        }
         let mut n = 0;
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
         while n < max {
@@ -687,10 +745,22 @@ impl DatagramLink for UdLink {
                 )
             })?;
             if done.is_empty() {
+                // An idle line reads the device's events now and then: a
+                // port or QP failure shows no completion at all.
+                self.idle_polls += 1;
+                if self.idle_polls >= crate::transport::CHECK_EVERY {
+                    self.idle_polls = 0;
+                    self.check_device()?;
+                }
                 break;
             }
             for wc in done {
                 self.unposted += 1;
+                if wc.status == IBV_WC_WR_FLUSH_ERR {
+                    // The QP is in the error state: nothing will arrive.
+                    let cause = format!("a receive was {}", errors::wc_status(wc.status));
+                    return Err(self.fault(cause));
+                }
                 if wc.status != IBV_WC_SUCCESS || (wc.byte_len as usize) < GRH_LEN {
                     self.dropped += 1;
                     continue;
