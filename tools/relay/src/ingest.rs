@@ -27,7 +27,8 @@ pub fn arbiter_config(input: &InputConfig, session: Option<Session>) -> ArbiterC
         requests_per_second: a.requests_per_second,
         gap_wait_ns: a.gap_wait.as_nanos() as u64,
         max_jump: a.max_jump,
-        ..ArbiterConfig::default()
+        confirm_packets: a.confirm_packets,
+        confirm_quiet_ns: u64::try_from(a.confirm_quiet.as_nanos()).unwrap_or(u64::MAX),
     }
 }
 
