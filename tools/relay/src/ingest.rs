@@ -61,11 +61,14 @@ impl ArbiterSink for Sink<'_> {
     }
 
     fn unrecoverable(&mut self, first: u64, count: u64) {
+        // The arbiter guarantees `first + count` does not overflow; saturate
+        // anyway rather than trust it on this path.
+        let end = first.saturating_add(count);
         log::warn!(
-            "messages {first}..{} of session {} cannot be recovered: skipped",
-            first + count,
+            "messages {first}..{end} of session {} cannot be recovered: skipped (source gap sent on every stream)",
             self.pipeline.session().as_str().unwrap_or("?")
         );
+        self.pipeline.source_gap(first, end);
     }
 
     fn session_changed(&mut self, old: Session, new: Session) {

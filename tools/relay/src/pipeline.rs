@@ -205,6 +205,33 @@ impl Pipeline {
         }
     }
 
+    /// Feed messages `from..to` (end exclusive) cannot be recovered: every
+    /// stream gets a source-gap notice carrying the range, which its
+    /// subscribers receive as `Event::SourceGap`, so none of them mistakes
+    /// its contiguous stream for a complete feed. Allocation-free.
+    pub fn source_gap(&mut self, from: u64, to: u64) {
+        if from >= to {
+            return;
+        }
+        for p in &mut self.publishers {
+            match p.publish_source_gap(from, to) {
+                Ok(_) => {
+                    self.local.source_gaps += 1;
+                    self.published_in_packet += 1;
+                }
+                Err(e) => {
+                    self.local.publish_errors += 1;
+                    if !self.warned_publish {
+                        self.warned_publish = true;
+                        log::warn!(
+                            "publishing failed (counted in publish_errors; reported once): {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Publishers' idle duties (datagram transports: retransmissions and
     /// heartbeats) and the pass-through heartbeat; `now_ns` is monotonic.
     pub fn idle(&mut self, now_ns: u64) {

@@ -42,6 +42,7 @@ pub struct Local {
     pub bad_messages: u64,
     pub unrouted: u64,
     pub publish_errors: u64,
+    pub source_gaps: u64,
     pub passthrough_packets: u64,
     pub passthrough_errors: u64,
     pub recorded: u64,
@@ -353,6 +354,13 @@ pub const COUNTERS: &[Counter] = &[
         get: |v| v.local.publish_errors,
     },
     Counter {
+        name: "source_gaps",
+        json: Some("source_gaps"),
+        help: "source-gap notices published (one per unrecoverable range and stream)",
+        log: Log::No,
+        get: |v| v.local.source_gaps,
+    },
+    Counter {
         name: "passthrough_packets",
         json: Some("passthrough_packets"),
         help: "MoldUDP64 pass-through packets sent (heartbeats included)",
@@ -661,6 +669,7 @@ mod tests {
             recorded: 208,
             record_errors: 209,
             timed_packets: 210,
+            source_gaps: 211,
         };
         let latency = Summary {
             count: 301,
