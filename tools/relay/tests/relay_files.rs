@@ -218,6 +218,23 @@ fn bad_input_is_counted_and_the_rest_delivered() {
             .collect()
     };
     assert_eq!(lost.len() as u64, c.upstream.unrecoverable);
+    // The loss reached every stream as a source gap naming exactly the
+    // messages not delivered, and the run says data was lost.
+    let mut got = got;
+    for (name, r) in got.iter_mut() {
+        let reported: std::collections::BTreeSet<u64> =
+            r.source_gaps.iter().flat_map(|&(f, t, _)| f..t).collect();
+        assert_eq!(reported, lost, "stream {name}");
+        r.source_gaps.clear();
+    }
+    assert!(
+        summary
+            .data_lost
+            .as_deref()
+            .is_some_and(|d| d.contains(&format!("{} feed messages unrecoverable", lost.len()))),
+        "{:?}",
+        summary.data_lost
+    );
     let kept: Vec<_> = sent.into_iter().filter(|m| !lost.contains(&m.0)).collect();
     check_delivery(&kept, &got);
 }

@@ -10,16 +10,22 @@ mod relay_common;
 use relay_common::live::{live, Day};
 use relay_common::*;
 
+/// This process's ports: the tests run side by side, each on its own pair
+/// (a line port and the re-request port after it).
+fn base_port() -> u16 {
+    20_000 + (std::process::id() % 2_500) as u16 * 16
+}
+
 #[test]
 fn simulator_to_relay_to_shm_subscribers_with_loss_on_both_lines() {
     let scratch = Scratch::new("live-shm-bus");
-    let port = 33_000 + (std::process::id() % 10_000) as u16 * 2;
+    let port = base_port();
     live(&scratch.shm_bus(1 << 16), None, port, Day::default());
 }
 
 #[test]
 fn simulator_to_relay_to_udp_subscribers() {
-    let port = 53_000 + (std::process::id() % 5_000) as u16 * 2;
+    let port = base_port() + 2;
     let mut bus = String::from("[bus]\ntransport = \"udp\"\n");
     for (i, s) in STREAMS.iter().enumerate() {
         bus.push_str(&format!(
@@ -38,7 +44,7 @@ fn simulator_to_relay_to_udp_subscribers() {
 #[test]
 fn an_unrecoverable_gap_reaches_every_stream_as_a_source_gap() {
     let scratch = Scratch::new("live-source-gap");
-    let port = 43_000 + (std::process::id() % 10_000) as u16 * 2;
+    let port = base_port() + 4;
     let out = relay_common::live::run(
         &scratch.shm_bus(1 << 16),
         None,
