@@ -348,8 +348,11 @@ fn raw_pcap(frames: &[(u64, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-/// A genuine session's packets (session TEST000001) and its messages.
-fn genuine_packets(order_messages: u64) -> (Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>, Vec<u8>) {
+/// A genuine session: its packets (session TEST000001), its messages
+/// (sequence, bytes) and its end-of-session packet.
+struct Genuine(Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>, Vec<u8>);
+
+fn genuine_packets(order_messages: u64) -> Genuine {
     let day = Generator::new(&SynthConfig {
         seed: 13,
         symbols: 30,
@@ -366,7 +369,7 @@ fn genuine_packets(order_messages: u64) -> (Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>, V
         }
         packets.push(p.bytes.to_vec());
     }
-    (packets, sent, packer.end_of_session().to_vec())
+    Genuine(packets, sent, packer.end_of_session().to_vec())
 }
 
 /// A capture of a genuine day on both lines with every kind of damaged,
@@ -376,7 +379,7 @@ fn genuine_packets(order_messages: u64) -> (Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>, V
 #[test]
 fn a_hostile_capture_is_counted_by_reason_and_the_genuine_day_delivered() {
     let scratch = Scratch::new("hostile");
-    let (packets, sent, eos) = genuine_packets(3_000);
+    let Genuine(packets, sent, eos) = genuine_packets(3_000);
     let mut frames: Vec<Vec<u8>> = Vec::new();
     for (k, good) in packets.iter().enumerate() {
         let a = udp_frame(LINE_A, good);
@@ -569,7 +572,7 @@ fn mkfifo(path: &std::path::Path) {
 #[test]
 fn a_ten_hour_jump_in_a_paced_capture_does_not_hold_off_the_duration() {
     let scratch = Scratch::new("pace");
-    let (packets, sent, _) = genuine_packets(200);
+    let Genuine(packets, sent, _) = genuine_packets(200);
     let mut frames = Vec::new();
     let mut ts = 1_000_000_000u64;
     for (k, p) in packets.iter().enumerate() {
