@@ -70,10 +70,12 @@ enum Command {
     /// List the shared-memory segments, counters files and temporary files
     /// mdbus processes left in a directory, with each creator's pid and
     /// whether it still runs (alive, stale, unreadable).
+    #[command(after_help = EXIT_CODES_HELP)]
     List(DirArgs),
     /// Remove the stale ones: files of this user, private (0600), whose
     /// creator no longer runs. Files of live processes, of other users,
     /// with damaged headers or unknown formats are left alone.
+    #[command(after_help = EXIT_CODES_HELP)]
     Clean(DirArgs),
 }
 
