@@ -519,6 +519,13 @@ impl Relay {
                             let arrival = now_ns();
                             let mono = round_mono + arrival.saturating_sub(round_real);
                             self.datagram(arbiter, line, &buf[..n], arrival, mono, rereq, s);
+                            // Not one datagram more after the end: the
+                            // arbiter would follow the next session at
+                            // once (whoever sent it).
+                            if stop_at_end && s.ended {
+                                s.upstream = Upstream::from(arbiter.counters());
+                                return "end-of-session";
+                            }
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,

@@ -35,7 +35,7 @@ impl Default for Day {
     }
 }
 
-fn synth(day: Day) -> SynthConfig {
+pub fn synth(day: Day) -> SynthConfig {
     SynthConfig {
         seed: 21,
         symbols: 30,
@@ -64,9 +64,11 @@ pub struct Options {
     pub rerequest: bool,
     /// Extra `[input]` keys (session lock, say).
     pub input: String,
-    /// Run while the exchange sends, with lines A and B: injects attack
-    /// datagrams. Returns when done (it is joined before the checks).
-    pub attack: Option<Box<dyn FnOnce(SocketAddrV4, SocketAddrV4) + Send>>,
+    /// Run while the exchange sends: injects attack datagrams. Returns
+    /// when done (it is joined before the checks).
+    pub attack: Option<Box<dyn FnOnce(Target) + Send>>,
+    /// The exchange's pace (default: the day's).
+    pub messages_per_second: Option<u64>,
     /// Records the relay's output here (`--record`).
     pub record: Option<std::path::PathBuf>,
 }
@@ -78,8 +80,55 @@ impl Default for Options {
             rerequest: true,
             input: String::new(),
             attack: None,
+            messages_per_second: None,
             record: None,
         }
+    }
+}
+
+/// Where an attacker sends, and the relay's counters file (to wait for
+/// the genuine session to be under way).
+pub struct Target {
+    pub line_a: SocketAddrV4,
+    pub line_b: SocketAddrV4,
+    pub counters: std::path::PathBuf,
+}
+
+impl Target {
+    /// Waits until the relay has published genuine messages (the session
+    /// is locked and under way).
+    pub fn wait_for_messages(&self) {
+        let until = std::time::Instant::now() + DEADLINE;
+        loop {
+            if let Ok(r) = mdbus::counters::CountersReader::open_unchecked(&self.counters) {
+                let v = r
+                    .labels()
+                    .into_iter()
+                    .zip(r.values())
+                    .find(|(l, _)| l == "messages_in")
+                    .map_or(0, |(_, v)| v);
+                if v > 0 {
+                    return;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the relay never published"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// A socket that sends to the groups over loopback, as the exchange.
+    pub fn socket(&self) -> std::net::UdpSocket {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        s.bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0).into())
+            .unwrap();
+        s.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).unwrap();
+        s.set_multicast_loop_v4(true).unwrap();
+        s.set_multicast_ttl_v4(0).unwrap();
+        s.into()
     }
 }
 
@@ -175,16 +224,19 @@ pub fn run(
         drop_b: opts.drop.1,
         seed: 77,
         synth: synth(day),
-        messages_per_second: day.messages_per_second,
+        messages_per_second: opts.messages_per_second.unwrap_or(day.messages_per_second),
         max_packet: 1400,
         rerequest_bind: rerequest,
         heartbeat_interval: Duration::from_millis(50),
         repeat: false,
     })
     .unwrap();
-    let attacker = opts
-        .attack
-        .map(|f| std::thread::spawn(move || f(line_a, line_b)));
+    let target = Target {
+        line_a,
+        line_b,
+        counters: scratch.path("counters"),
+    };
+    let attacker = opts.attack.map(|f| std::thread::spawn(move || f(target)));
     let runner = std::thread::spawn(move || {
         relay
             .run(&RunOptions {
