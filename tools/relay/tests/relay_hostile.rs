@@ -37,9 +37,12 @@ fn bus(scratch: &Scratch) -> String {
     scratch.shm_bus(1 << 16)
 }
 
+/// What each stream delivered: (feed sequence, ITCH bytes), in order.
+type PerStream = BTreeMap<String, Vec<(u64, Vec<u8>)>>;
+
 /// The unattacked run of the day, once per process.
-fn baseline() -> &'static BTreeMap<String, Vec<(u64, Vec<u8>)>> {
-    static BASE: OnceLock<BTreeMap<String, Vec<(u64, Vec<u8>)>>> = OnceLock::new();
+fn baseline() -> &'static PerStream {
+    static BASE: OnceLock<PerStream> = OnceLock::new();
     BASE.get_or_init(|| {
         let scratch = Scratch::new("hostile-base");
         let out = run(
