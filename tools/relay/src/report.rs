@@ -21,8 +21,9 @@ pub fn summary_text(summary: &Summary) -> String {
     let m = &up.malformed_by;
     let mut s = c.summary_text(summary.seconds);
     s.push_str(&format!(
-        "  rejected     malformed {} (short header {}, count mismatch {}, bad block length {},          sequence 0 {}, sequence overflow {}), far jumps {} (believed {}), other session {},          after end {}, unconfirmed ends {}
-",
+        "  rejected     malformed {} (short header {}, count mismatch {}, bad block length {}, \
+         sequence 0 {}, sequence overflow {}), far jumps {} (believed {}), other session {}, \
+         after end {}, unconfirmed ends {}\n",
         up.malformed,
         m.short_header,
         m.count_mismatch,
@@ -37,15 +38,15 @@ pub fn summary_text(summary: &Summary) -> String {
     ));
     if up.unrecoverable > 0 || c.local.source_gaps > 0 {
         s.push_str(&format!(
-            "  source gaps  {} notices published ({} feed messages)
-",
+            "  source gaps  {} notices published ({} feed messages)\n",
             c.local.source_gaps, up.unrecoverable
         ));
     }
     if let Some(k) = &summary.capture {
         s.push_str(&format!(
-            "  capture      {} frames, {} UDP datagrams, {} skipped (not IPv4 {}, IPv6 {}, not UDP {},              fragments {}, truncated {}, bad UDP length {}, unparseable {}, unsupported link {});              {} datagrams to neither line
-",
+            "  capture      {} frames, {} UDP datagrams, {} skipped (not IPv4 {}, IPv6 {}, not UDP {}, \
+         fragments {}, truncated {}, bad UDP length {}, unparseable {}, unsupported link {}); \
+         {} datagrams to neither line\n",
             k.frames,
             k.datagrams,
             k.skipped,
@@ -60,14 +61,9 @@ pub fn summary_text(summary: &Summary) -> String {
             summary.skipped_datagrams,
         ));
     }
+    s.push_str(&format!("  ended by     {}\n", summary.ended_by));
     s.push_str(&format!(
-        "  ended by     {}
-",
-        summary.ended_by
-    ));
-    s.push_str(&format!(
-        "  data lost    {}
-",
+        "  data lost    {}\n",
         summary.data_lost.as_deref().unwrap_or("none")
     ));
     s
