@@ -239,6 +239,12 @@ impl Relay {
                             what: format!("input file {}", config.input.path.display()),
                             reason: format!("cannot be read: {e}"),
                         })?;
+                    if n == 0 {
+                        return Err(RelayError::Setup {
+                            what: format!("input file {}", config.input.path.display()),
+                            reason: "is empty: a pcap or pcapng capture was expected".into(),
+                        });
+                    }
                     if mdbus_feed::pcap::capture_format(&head[..n]).is_none() {
                         return Err(RelayError::Setup {
                             what: format!("input file {}", config.input.path.display()),
