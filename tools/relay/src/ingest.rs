@@ -63,11 +63,9 @@ impl ArbiterSink for Sink<'_> {
     fn unrecoverable(&mut self, first: u64, count: u64) {
         // The arbiter guarantees `first + count` does not overflow; saturate
         // anyway rather than trust it on this path.
+        // Logged later, off this path (`Pipeline::log_source_gaps`): no
+        // allocation here, and no line per range under heavy loss.
         let end = first.saturating_add(count);
-        log::warn!(
-            "messages {first}..{end} of session {} cannot be recovered: skipped (source gap sent on every stream)",
-            self.pipeline.session().as_str().unwrap_or("?")
-        );
         self.pipeline.source_gap(first, end);
     }
 

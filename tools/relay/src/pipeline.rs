@@ -46,6 +46,9 @@ pub struct Pipeline {
     flush_needed: bool,
     /// The `.mdcap` recording, if any.
     recorder: Option<MdcapWriter<BufWriter<File>>>,
+    /// Unrecoverable ranges not yet logged: how many, their messages, and
+    /// the latest (logged off the message path, at most once a second).
+    unlogged_gaps: (u64, u64, (u64, u64)),
 }
 
 impl Pipeline {
@@ -72,6 +75,7 @@ impl Pipeline {
             warned_publish: false,
             flush_needed,
             recorder: None,
+            unlogged_gaps: (0, 0, (0, 0)),
         }
     }
 
@@ -213,6 +217,10 @@ impl Pipeline {
         if from >= to {
             return;
         }
+        let g = &mut self.unlogged_gaps;
+        g.0 += 1;
+        g.1 = g.1.saturating_add(to - from);
+        g.2 = (from, to);
         for p in &mut self.publishers {
             match p.publish_source_gap(from, to) {
                 Ok(_) => {
@@ -230,6 +238,20 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Logs the unrecoverable ranges seen since the last call, if any, in
+    /// one warning (called between datagrams, rate-limited by the caller).
+    pub fn log_source_gaps(&mut self) {
+        let (ranges, messages, (from, to)) = self.unlogged_gaps;
+        if ranges == 0 {
+            return;
+        }
+        self.unlogged_gaps = (0, 0, (0, 0));
+        log::warn!(
+            "{messages} messages in {ranges} range(s) of session {} cannot be recovered (the latest {from}..{to}): skipped, a source gap sent on every stream",
+            self.session.as_str().unwrap_or("?")
+        );
     }
 
     /// Publishers' idle duties (datagram transports: retransmissions and

@@ -29,6 +29,9 @@ use super::RelayError;
 
 /// Largest datagram read.
 const MAX_DATAGRAM: usize = 65_536;
+/// Unrecoverable ranges are logged at most this often (one line for all
+/// since the last).
+const GAP_LOG_EVERY_NS: u64 = 1_000_000_000;
 /// Read buffer of a file input.
 const READ_BUFFER: usize = 1 << 16;
 /// Datagrams read from one socket before looking at the others.
@@ -363,6 +366,7 @@ impl Relay {
                 .duration
                 .map(|d| start.saturating_add(d.as_nanos() as u64)),
             next_service: start,
+            next_gap_log: start,
             next_refresh: start,
             refresh_ns: self.config.counters.refresh.as_nanos() as u64,
             next_log: start + self.config.counters.log_interval.as_nanos() as u64,
@@ -417,6 +421,7 @@ impl Relay {
             self.linger(&mut state, opts);
         }
         let secs = (monotonic_ns() - start) as f64 / 1e9;
+        self.pipeline.log_source_gaps();
         self.pipeline.finish_recording()?;
         self.refresh(&state.upstream);
         let counters = self.pipeline.snapshot(&state.upstream);
@@ -472,6 +477,10 @@ impl Relay {
         if now >= s.next_service {
             s.next_service = now + SERVICE_EVERY_NS;
             self.pipeline.idle(now);
+        }
+        if now >= s.next_gap_log {
+            s.next_gap_log = now + GAP_LOG_EVERY_NS;
+            self.pipeline.log_source_gaps();
         }
         if now >= s.next_refresh {
             s.next_refresh = now + s.refresh_ns;
@@ -745,6 +754,7 @@ fn open_input(path: &std::path::Path) -> Result<WakingFile, RelayError> {
 
 struct Loop {
     deadline: Option<u64>,
+    next_gap_log: u64,
     next_service: u64,
     next_refresh: u64,
     refresh_ns: u64,
