@@ -161,6 +161,16 @@ impl Summary {
         if c.local.publish_errors > 0 {
             parts.push(format!("{} publishes failed", c.local.publish_errors));
         }
+        // Every packet was another session's and none the followed one's:
+        // the whole input was dropped (a wrong `input.session`, or a feed
+        // that changed session and was never confirmed). Not a forgery
+        // beside a genuine feed, which leaves messages in.
+        if c.local.messages_in == 0 && c.upstream.other_session > 0 {
+            parts.push(format!(
+                "nothing published, and all {} packets received were of another session than the one followed (is input.session right?)",
+                c.upstream.other_session
+            ));
+        }
         if c.local.record_errors > 0 {
             parts.push(format!(
                 "the recording stopped after {} messages (a write failed)",
@@ -811,5 +821,56 @@ impl Pacer {
         let (t0, w0) = *self.origin.get_or_insert((ts, now));
         let offset = (ts.saturating_sub(t0) as f64 / self.speed) as u64;
         stop.sleep_until(w0.saturating_add(offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(f: impl FnOnce(&mut Snapshot)) -> Summary {
+        let mut counters = Snapshot::default();
+        f(&mut counters);
+        Summary {
+            input: "moldudp64",
+            seconds: 1.0,
+            ended_by: "stopped",
+            request_errors: 0,
+            recv_errors: 0,
+            skipped_datagrams: 0,
+            capture: None,
+            data_lost: None,
+            counters,
+        }
+    }
+
+    #[test]
+    fn loss_names_what_was_lost_and_not_what_was_rejected() {
+        assert_eq!(summary(|_| {}).loss(), None);
+        // Rejected input beside a genuine feed is not loss.
+        let rejected = summary(|c| {
+            c.local.messages_in = 10;
+            c.upstream.0.other_session = 5;
+            c.upstream.0.suspect_jumps = 5;
+            c.upstream.0.malformed = 5;
+            c.upstream.0.duplicate_messages = 5;
+        });
+        assert_eq!(rejected.loss(), None);
+        let lost = summary(|c| {
+            c.local.messages_in = 10;
+            c.upstream.0.unrecoverable = 7;
+            c.local.bad_messages = 2;
+            c.local.publish_errors = 1;
+        });
+        assert_eq!(
+            lost.loss().unwrap(),
+            "data lost: 7 feed messages unrecoverable (sent to subscribers as source gaps); \
+             2 ITCH messages of an unknown type or wrong length not published; 1 publishes failed"
+        );
+        let wrong_session = summary(|c| c.upstream.0.other_session = 3);
+        assert!(wrong_session
+            .loss()
+            .unwrap()
+            .contains("all 3 packets received were of another session"));
     }
 }
