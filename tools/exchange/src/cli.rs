@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::SynthConfig;
 use mdbus_tool_support::duration::parse as parse_duration;
-use mdbus_tool_support::output::EXIT_FAILED;
+use mdbus_tool_support::output::{completed, EXIT_FAILED, EXIT_USAGE};
 
-use super::{Exchange, ExchangeConfig, ExchangeCounters};
+use super::{Exchange, ExchangeConfig, ExchangeCounters, ExchangeError};
 
 /// Options of `mdbus-exchange` (and `mdbus-relay simulate`).
 #[derive(Debug, Clone, clap::Args)]
@@ -70,6 +70,10 @@ pub struct SimulateArgs {
     /// After the session ends, keep answering re-requests this long.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub linger: Duration,
+    /// Exit 0 even when datagrams could not be sent (send errors; the
+    /// drops asked for with --drop-a/--drop-b are never loss).
+    #[arg(long)]
+    pub allow_loss: bool,
 }
 
 impl SimulateArgs {
@@ -110,7 +114,10 @@ pub fn run_simulate(args: &SimulateArgs) -> ExitCode {
 
 /// Runs the simulator until the session is over (and `--linger` has
 /// passed), `--duration` has passed, or SIGINT/SIGTERM; prints a one-line
-/// summary. Exit status 0, or 1 when it cannot start. `program` prefixes
+/// summary. Exit status 0; 2 when the arguments cannot be used (an address
+/// that is not multicast, an interface that is not local, a port in use);
+/// 1 when a thread cannot start; 3 when datagrams could not be sent
+/// (unless `--allow-loss`). `program` prefixes
 /// its messages on stderr.
 pub fn run(args: &SimulateArgs, program: &str) -> ExitCode {
     if let Err(e) = mdbus_tool_support::signals::install() {
@@ -121,7 +128,13 @@ pub fn run(args: &SimulateArgs, program: &str) -> ExitCode {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{program}: {e}");
-            return ExitCode::from(EXIT_FAILED);
+            // What the command line asked for cannot be done: a usage
+            // error; a thread the system refused is a runtime failure.
+            let code = match e {
+                ExchangeError::Thread { .. } => EXIT_FAILED,
+                _ => EXIT_USAGE,
+            };
+            return ExitCode::from(code);
         }
     };
     eprintln!(
@@ -155,7 +168,15 @@ pub fn run(args: &SimulateArgs, program: &str) -> ExitCode {
     let session = exchange.session();
     let c = exchange.stop();
     println!("{}", summary(session, &c, started.elapsed()));
-    ExitCode::SUCCESS
+    // Drops asked for are the simulation; a datagram the socket refused
+    // is loss nobody asked for.
+    let lost = (c.send_errors > 0).then(|| {
+        format!(
+            "{} datagrams could not be sent (socket errors)",
+            c.send_errors
+        )
+    });
+    ExitCode::from(completed(lost.as_deref(), args.allow_loss))
 }
 
 /// The one-line summary.

@@ -53,3 +53,28 @@ fn a_bad_duration_is_a_usage_error_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`soon` is not a duration"), "{stderr}");
 }
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let out = Command::new(EXCHANGE).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(mdbus_tool_support::output::EXIT_CODES_HELP),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_address_that_is_not_multicast_is_a_usage_error() {
+    let out = Command::new(EXCHANGE)
+        .args(["--group-a", "10.0.0.1:5000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line A address 10.0.0.1:5000 is not an IPv4 multicast group"),
+        "{stderr}"
+    );
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use mdbus_tool_support::duration::parse as parse_duration;
 
-use mdbus_tool_support::signals;
+use mdbus_tool_support::{output, signals};
 
 use super::report::print_summary;
 use super::{demo, Relay, RelayConfig, RunOptions};
@@ -36,10 +36,15 @@ while the relay runs, and are printed to stderr every counters.log_interval.\n\n
 synthetic ITCH session on loopback multicast (with drops on line B so that arbitration and \
 recovery show), the relay publishing on shared memory, and a subscriber printing what arrives.\n\n\
 SIGINT or SIGTERM stops the relay in order: it publishes what it has, closes its streams and \
-prints the summary.",
-    after_help = "Exit status: 0 on success; 1 when the relay fails while running (an input \
-file that is truncated, say); 2 for a usage or configuration error, an interface that cannot \
-be used or a group that cannot be joined.",
+prints the summary.\n\n\
+Exit status 1: the relay failed while running (an input file that is truncated, say). 2: a \
+usage or configuration error, an input file that cannot be opened, an interface that cannot be \
+used or a group that cannot be joined. 3: feed messages were unrecoverable (subscribers got \
+source gaps), could not be published (bad ITCH, failed publishes) or the recording stopped. \
+Input the relay rejected (malformed packets, unconfirmed far jumps, other sessions, \
+duplicates, capture frames that are not UDP) is counted by reason in the summary but is not \
+data lost by itself: every feed sequence number is delivered or counted unrecoverable.",
+    after_help = output::EXIT_CODES_HELP,
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -72,6 +77,10 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
 
+    /// Exit 0 even when data was lost (the summary still says what).
+    #[arg(long)]
+    pub allow_loss: bool,
+
     /// Log at info level (core placement, sockets, segments) to stderr;
     /// warnings are always shown.
     #[arg(short, long)]
@@ -88,6 +97,7 @@ pub enum Command {
     /// Run the exchange simulator alone: a synthetic ITCH 5.0 session over
     /// MoldUDP64 on lines A and B, with a re-request server, for a relay
     /// in another process or on another host.
+    #[command(after_help = output::EXIT_CODES_HELP)]
     Simulate(mdbus_exchange::SimulateArgs),
 }
 
@@ -100,7 +110,7 @@ pub fn main() -> ExitCode {
     }
     if let Err(e) = signals::install() {
         eprintln!("mdbus-relay: cannot install the SIGINT/SIGTERM handler: {e}");
-        return ExitCode::from(1);
+        return ExitCode::from(output::EXIT_FAILED);
     }
     let file_config = match &cli.config {
         Some(path) => match RelayConfig::from_file(path) {
@@ -112,7 +122,7 @@ pub fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("mdbus-relay: {e}");
-                return ExitCode::from(2);
+                return ExitCode::from(output::EXIT_USAGE);
             }
         },
         None => None,
@@ -128,19 +138,20 @@ pub fn main() -> ExitCode {
             cli.record.clone(),
             &opts,
             cli.json,
+            cli.allow_loss,
         );
     }
     let Some((config, source)) = file_config else {
         eprintln!(
             "mdbus-relay: give --config FILE (see config/relay.toml), or --demo to run everything on this host"
         );
-        return ExitCode::from(2);
+        return ExitCode::from(output::EXIT_USAGE);
     };
     let relay = match Relay::new(config, &source) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mdbus-relay: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(output::EXIT_USAGE);
         }
     };
     eprintln!(
@@ -154,11 +165,14 @@ pub fn main() -> ExitCode {
     match relay.run(&opts) {
         Ok(summary) => {
             print_summary(&summary, cli.json);
-            ExitCode::SUCCESS
+            ExitCode::from(output::completed(
+                summary.data_lost.as_deref(),
+                cli.allow_loss,
+            ))
         }
         Err(e) => {
             eprintln!("mdbus-relay: {e}");
-            ExitCode::from(1)
+            ExitCode::from(output::EXIT_FAILED)
         }
     }
 }

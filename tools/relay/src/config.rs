@@ -177,9 +177,18 @@ pub struct ArbiterSettings {
     #[serde(with = "duration_str")]
     pub gap_wait: Duration,
     /// A packet more than this many messages ahead of the next expected
-    /// one is taken for damaged and dropped (counted in `suspect_jumps`)
-    /// until 8 such packets in a row confirm the jump; 0: no limit.
+    /// one is taken for damaged or forged and dropped (counted in
+    /// `suspect_jumps`) until `confirm_packets` such packets, continuing
+    /// one another on both lines while the genuine sequence stays silent
+    /// for `confirm_quiet`, confirm the jump; 0: no limit.
     pub max_jump: u64,
+    /// Packets that confirm another session or a far jump (continuing one
+    /// another, at least half on each line that carried the session).
+    pub confirm_packets: u32,
+    /// How long the followed session must make no progress before such a
+    /// change is believed.
+    #[serde(with = "duration_str")]
+    pub confirm_quiet: Duration,
 }
 
 impl Default for ArbiterSettings {
@@ -193,6 +202,8 @@ impl Default for ArbiterSettings {
             requests_per_second: 1000,
             gap_wait: Duration::from_micros(200),
             max_jump: 10_000_000,
+            confirm_packets: 64,
+            confirm_quiet: Duration::from_secs(5),
         }
     }
 }
@@ -545,6 +556,10 @@ impl RelayConfig {
             (
                 "input.arbiter.max_reorder_packets",
                 a.max_reorder_packets as u64,
+            ),
+            (
+                "input.arbiter.confirm_packets",
+                u64::from(a.confirm_packets),
             ),
         ] {
             if v == 0 {

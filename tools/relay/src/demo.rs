@@ -31,6 +31,7 @@ use super::report::print_summary;
 use super::{Relay, RelayError, RelayMessage, RunOptions};
 use mdbus::counters::CountersError;
 use mdbus_exchange::{Exchange, ExchangeConfig};
+use mdbus_tool_support::output;
 
 /// Messages per second the demo's exchange sends.
 pub const DEMO_RATE: u64 = 100_000;
@@ -82,12 +83,13 @@ pub fn run(
     record: Option<PathBuf>,
     opts: &RunOptions,
     json: bool,
+    allow_loss: bool,
 ) -> ExitCode {
     match run_inner(base, record, opts, json) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(lost) => ExitCode::from(output::completed(lost.as_deref(), allow_loss)),
         Err(e) => {
             eprintln!("mdbus-relay --demo: {e}");
-            ExitCode::from(1)
+            ExitCode::from(output::EXIT_FAILED)
         }
     }
 }
@@ -97,7 +99,7 @@ fn run_inner(
     record: Option<PathBuf>,
     opts: &RunOptions,
     json: bool,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let port = 20_000 + (std::process::id() % 10_000) as u16;
     let line_a = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), port);
     let line_b = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), port);
@@ -183,7 +185,7 @@ fn run_inner(
         );
     }
     match sub_result {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => Ok(summary.data_lost),
         Ok(Err(e)) => Err(format!("subscriber: {e}")),
         Err(_) => Err("the subscriber thread panicked".into()),
     }
@@ -221,7 +223,9 @@ fn subscriber(bus: &mdbus::Bus, names: &[String], stop: &AtomicBool) -> Result<(
                 .zip(counts.iter().zip(&last_counts))
                 .map(|(n, (c, l))| format!("{n} {:.0}/s", (c - l) as f64 / secs))
                 .collect();
-            println!(
+            // On stderr, beside the relay's log: stdout holds only the
+            // summary (one JSON object with --json).
+            eprintln!(
                 "subscriber: {} | {}",
                 rates.join("  "),
                 sample

@@ -27,7 +27,8 @@ pub fn arbiter_config(input: &InputConfig, session: Option<Session>) -> ArbiterC
         requests_per_second: a.requests_per_second,
         gap_wait_ns: a.gap_wait.as_nanos() as u64,
         max_jump: a.max_jump,
-        ..ArbiterConfig::default()
+        confirm_packets: a.confirm_packets,
+        confirm_quiet_ns: u64::try_from(a.confirm_quiet.as_nanos()).unwrap_or(u64::MAX),
     }
 }
 
@@ -60,11 +61,12 @@ impl ArbiterSink for Sink<'_> {
     }
 
     fn unrecoverable(&mut self, first: u64, count: u64) {
-        log::warn!(
-            "messages {first}..{} of session {} cannot be recovered: skipped",
-            first + count,
-            self.pipeline.session().as_str().unwrap_or("?")
-        );
+        // The arbiter guarantees `first + count` does not overflow; saturate
+        // anyway rather than trust it on this path.
+        // Logged later, off this path (`Pipeline::log_source_gaps`): no
+        // allocation here, and no line per range under heavy loss.
+        let end = first.saturating_add(count);
+        self.pipeline.source_gap(first, end);
     }
 
     fn session_changed(&mut self, old: Session, new: Session) {

@@ -13,6 +13,7 @@
 //! | [`payload`] | what a relayed message looks like on the bus |
 //! | [`pipeline`] | route + publish + count + time, per message, without I/O |
 //! | [`ingest`] | the live input's sockets and the arbiter's sink |
+//! | [`input`] | file inputs opened once, whose reads and pacing wake for a stop |
 //! | [`passthrough`] | MoldUDP64 re-publication |
 //! | [`stats`] | counters, the counters file's layout, the summary |
 //! | [`run`] | the polling loop for live and file inputs |
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod ingest;
+pub mod input;
 pub mod passthrough;
 pub mod payload;
 pub mod pipeline;

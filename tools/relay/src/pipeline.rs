@@ -46,6 +46,9 @@ pub struct Pipeline {
     flush_needed: bool,
     /// The `.mdcap` recording, if any.
     recorder: Option<MdcapWriter<BufWriter<File>>>,
+    /// Unrecoverable ranges not yet logged: how many, their messages, and
+    /// the latest (logged off the message path, at most once a second).
+    unlogged_gaps: (u64, u64, (u64, u64)),
 }
 
 impl Pipeline {
@@ -72,6 +75,7 @@ impl Pipeline {
             warned_publish: false,
             flush_needed,
             recorder: None,
+            unlogged_gaps: (0, 0, (0, 0)),
         }
     }
 
@@ -203,6 +207,51 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Feed messages `from..to` (end exclusive) cannot be recovered: every
+    /// stream gets a source-gap notice carrying the range, which its
+    /// subscribers receive as `Event::SourceGap`, so none of them mistakes
+    /// its contiguous stream for a complete feed. Allocation-free.
+    pub fn source_gap(&mut self, from: u64, to: u64) {
+        if from >= to {
+            return;
+        }
+        let g = &mut self.unlogged_gaps;
+        g.0 += 1;
+        g.1 = g.1.saturating_add(to - from);
+        g.2 = (from, to);
+        for p in &mut self.publishers {
+            match p.publish_source_gap(from, to) {
+                Ok(_) => {
+                    self.local.source_gaps += 1;
+                    self.published_in_packet += 1;
+                }
+                Err(e) => {
+                    self.local.publish_errors += 1;
+                    if !self.warned_publish {
+                        self.warned_publish = true;
+                        log::warn!(
+                            "publishing failed (counted in publish_errors; reported once): {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Logs the unrecoverable ranges seen since the last call, if any, in
+    /// one warning (called between datagrams, rate-limited by the caller).
+    pub fn log_source_gaps(&mut self) {
+        let (ranges, messages, (from, to)) = self.unlogged_gaps;
+        if ranges == 0 {
+            return;
+        }
+        self.unlogged_gaps = (0, 0, (0, 0));
+        log::warn!(
+            "{messages} messages in {ranges} range(s) of session {} cannot be recovered (the latest {from}..{to}): skipped, a source gap sent on every stream",
+            self.session.as_str().unwrap_or("?")
+        );
     }
 
     /// Publishers' idle duties (datagram transports: retransmissions and

@@ -1,7 +1,7 @@
 //! The relay's polling loop: one thread reads the input, arbitrates,
 //! routes and publishes, and refreshes the counters between datagrams.
 
-use std::io::ErrorKind;
+use std::io::{BufReader, ErrorKind};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,11 +15,12 @@ use mdbus::wait::WaitStrategy;
 use mdbus_feed::arbiter::{Arbiter, Line};
 use mdbus_feed::binaryfile::BinaryFileReader;
 use mdbus_feed::mdcap::MdcapWriter;
-use mdbus_feed::pcap::CaptureReader;
+use mdbus_feed::pcap::{CaptureReader, CaptureStats};
 use serde::Serialize;
 
 use super::config::{InputKind, Pace, RelayConfig};
 use super::ingest::{self, LiveSockets, Sink};
+use super::input::{self, StopWhen, WakingFile};
 use super::passthrough::Passthrough;
 use super::pipeline::Pipeline;
 use super::route::Router;
@@ -28,6 +29,11 @@ use super::RelayError;
 
 /// Largest datagram read.
 const MAX_DATAGRAM: usize = 65_536;
+/// Unrecoverable ranges are logged at most this often (one line for all
+/// since the last).
+const GAP_LOG_EVERY_NS: u64 = 1_000_000_000;
+/// Read buffer of a file input.
+const READ_BUFFER: usize = 1 << 16;
 /// Datagrams read from one socket before looking at the others.
 const BATCH: usize = 32;
 /// Empty polls between two calls of the publishers' idle duties.
@@ -75,9 +81,104 @@ pub struct Summary {
     pub recv_errors: u64,
     /// Capture datagrams skipped: sent to neither line's group.
     pub skipped_datagrams: u64,
+    /// A capture input: frames read, datagrams yielded and every frame
+    /// skipped, by reason.
+    pub capture: Option<CaptureSkips>,
+    /// What genuine data was lost, as a sentence (`None`: nothing). Set
+    /// by [`Summary::loss`]; the exit status is 3 when set, unless
+    /// `--allow-loss`.
+    pub data_lost: Option<String>,
     /// Every counter.
     #[serde(flatten)]
     pub counters: Snapshot,
+}
+
+/// What a capture reader read and skipped, each skipped frame under one
+/// reason (`mdbus_feed::pcap::CaptureStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
+pub struct CaptureSkips {
+    pub frames: u64,
+    pub datagrams: u64,
+    pub skipped: u64,
+    pub not_ipv4: u64,
+    pub ipv6: u64,
+    pub not_udp: u64,
+    pub fragments: u64,
+    pub truncated: u64,
+    pub bad_udp_length: u64,
+    pub unparseable: u64,
+    pub unsupported_link: u64,
+}
+
+impl From<&CaptureStats> for CaptureSkips {
+    fn from(c: &CaptureStats) -> Self {
+        CaptureSkips {
+            frames: c.packets,
+            datagrams: c.datagrams,
+            skipped: c.skipped(),
+            not_ipv4: c.not_ipv4,
+            ipv6: c.ipv6,
+            not_udp: c.not_udp,
+            fragments: c.fragments,
+            truncated: c.truncated,
+            bad_udp_length: c.bad_udp_length,
+            unparseable: c.unparseable,
+            unsupported_link: c.unsupported_link,
+        }
+    }
+}
+
+impl Summary {
+    /// What genuine data the run lost, as a sentence, or `None`.
+    ///
+    /// Data lost: feed messages that were never published (`unrecoverable`:
+    /// gaps nothing filled, what a confirmed jump skipped, a full reorder
+    /// store), feed messages that could not be published (`bad_messages`,
+    /// `publish_errors`) and a recording that stopped (`record_errors`).
+    ///
+    /// Input rejected (malformed packets, far jumps not confirmed, other
+    /// sessions, data after the end, duplicates, capture frames that are
+    /// not UDP datagrams) is counted by reason but is not loss by itself:
+    /// the arbiter accounts for every sequence number of the followed
+    /// session, so a genuine message a rejected packet carried is either
+    /// delivered from another copy or counted in `unrecoverable`.
+    pub fn loss(&self) -> Option<String> {
+        let c = &self.counters;
+        let mut parts = Vec::new();
+        if c.upstream.unrecoverable > 0 {
+            parts.push(format!(
+                "{} feed messages unrecoverable (sent to subscribers as source gaps)",
+                c.upstream.unrecoverable
+            ));
+        }
+        if c.local.bad_messages > 0 {
+            parts.push(format!(
+                "{} ITCH messages of an unknown type or wrong length not published",
+                c.local.bad_messages
+            ));
+        }
+        if c.local.publish_errors > 0 {
+            parts.push(format!("{} publishes failed", c.local.publish_errors));
+        }
+        // Every packet was another session's and none the followed one's:
+        // the whole input was dropped (a wrong `input.session`, or a feed
+        // that changed session and was never confirmed). Not a forgery
+        // beside a genuine feed, which leaves messages in.
+        if c.local.messages_in == 0 && c.upstream.other_session > 0 {
+            parts.push(format!(
+                "nothing published, and all {} packets received were of another session than the one followed (is input.session right?)",
+                c.upstream.other_session
+            ));
+        }
+        if c.local.record_errors > 0 {
+            parts.push(format!(
+                "the recording stopped after {} messages (a write failed)",
+                c.local.recorded
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("data lost: {}", parts.join("; ")))
+    }
 }
 
 enum Input {
@@ -87,13 +188,17 @@ enum Input {
     },
     BinaryFile {
         path: PathBuf,
+        file: WakingFile,
     },
     Pcap {
         path: PathBuf,
+        file: WakingFile,
         arbiter: Box<Arbiter>,
         line_a: Option<SocketAddrV4>,
         line_b: Option<SocketAddrV4>,
     },
+    /// Taken by `run`.
+    Used,
 }
 
 /// A relay, set up and ready to run.
@@ -131,21 +236,43 @@ impl Relay {
                     ))),
                 }
             }
-            InputKind::Binaryfile => {
-                std::fs::File::open(&config.input.path).map_err(|e| RelayError::Setup {
-                    what: format!("input file {}", config.input.path.display()),
-                    reason: format!("cannot be opened: {e}"),
-                })?;
-                Input::BinaryFile {
-                    path: config.input.path.clone(),
-                }
-            }
+            InputKind::Binaryfile => Input::BinaryFile {
+                path: config.input.path.clone(),
+                file: open_input(&config.input.path)?,
+            },
             InputKind::Pcap => {
-                CaptureReader::open(&config.input.path)?;
+                let file = open_input(&config.input.path)?;
+                // A regular file's header is checked now (a usage error);
+                // a FIFO's when its writer sends it.
+                if file.is_regular() {
+                    let mut head = [0u8; 4];
+                    let n = file
+                        .peek_regular(&mut head)
+                        .map_err(|e| RelayError::Setup {
+                            what: format!("input file {}", config.input.path.display()),
+                            reason: format!("cannot be read: {e}"),
+                        })?;
+                    if n == 0 {
+                        return Err(RelayError::Setup {
+                            what: format!("input file {}", config.input.path.display()),
+                            reason: "is empty: a pcap or pcapng capture was expected".into(),
+                        });
+                    }
+                    if mdbus_feed::pcap::capture_format(&head[..n]).is_none() {
+                        return Err(RelayError::Setup {
+                            what: format!("input file {}", config.input.path.display()),
+                            reason: format!(
+                                "is not a pcap or pcapng capture (it starts with {:02x?})",
+                                &head[..n]
+                            ),
+                        });
+                    }
+                }
                 let parse = |s: &str| s.parse::<SocketAddrV4>().ok();
                 let session = config.live_addresses(source).ok().and_then(|a| a.session);
                 Input::Pcap {
                     path: config.input.path.clone(),
+                    file,
                     arbiter: Box::new(Arbiter::new(ingest::arbiter_config(&config.input, session))),
                     line_a: parse(&config.input.line_a),
                     line_b: parse(&config.input.line_b),
@@ -249,6 +376,7 @@ impl Relay {
                 .duration
                 .map(|d| start.saturating_add(d.as_nanos() as u64)),
             next_service: start,
+            next_gap_log: start,
             next_refresh: start,
             refresh_ns: self.config.counters.refresh.as_nanos() as u64,
             next_log: start + self.config.counters.log_interval.as_nanos() as u64,
@@ -265,40 +393,61 @@ impl Relay {
             upstream: Upstream::default(),
         };
         let idle = self.config.thread.idle;
-        let ended_by = match std::mem::replace(
-            &mut self.input,
-            Input::BinaryFile {
-                path: PathBuf::new(),
-            },
-        ) {
+        let stop = StopWhen {
+            flag: Arc::clone(&opts.stop),
+            deadline: state.deadline,
+        };
+        let mut capture = None;
+        let ended_by = match std::mem::replace(&mut self.input, Input::Used) {
             Input::Live {
                 sockets,
                 mut arbiter,
             } => self.run_live(&sockets, &mut arbiter, &mut state, opts, idle),
-            Input::BinaryFile { path } => self.run_binaryfile(&path, &mut state, opts)?,
+            Input::BinaryFile { path, mut file } => {
+                file.stop_when(stop.clone());
+                self.run_binaryfile(&path, file, &stop, &mut state, opts)?
+            }
             Input::Pcap {
                 path,
+                mut file,
                 mut arbiter,
                 line_a,
                 line_b,
-            } => self.run_pcap(&path, &mut arbiter, line_a, line_b, &mut state, opts)?,
+            } => {
+                file.stop_when(stop.clone());
+                let files = PcapInput {
+                    path: &path,
+                    line_a,
+                    line_b,
+                };
+                let (why, stats) =
+                    self.run_pcap(&files, file, &stop, &mut arbiter, &mut state, opts)?;
+                capture = Some(CaptureSkips::from(&stats));
+                why
+            }
+            Input::Used => "stopped",
         };
         if matches!(ended_by, "end-of-session" | "end-of-file") {
             self.linger(&mut state, opts);
         }
         let secs = (monotonic_ns() - start) as f64 / 1e9;
+        self.pipeline.log_source_gaps();
         self.pipeline.finish_recording()?;
         self.refresh(&state.upstream);
         let counters = self.pipeline.snapshot(&state.upstream);
-        Ok(Summary {
+        let mut summary = Summary {
             input: kind.name(),
             seconds: secs,
             ended_by,
             request_errors: state.request_errors,
             recv_errors: state.recv_errors,
             skipped_datagrams: state.skipped,
+            capture,
+            data_lost: None,
             counters,
-        })
+        };
+        summary.data_lost = summary.loss();
+        Ok(summary)
     }
 
     /// After the input ended: keeps answering datagram subscribers'
@@ -338,6 +487,10 @@ impl Relay {
         if now >= s.next_service {
             s.next_service = now + SERVICE_EVERY_NS;
             self.pipeline.idle(now);
+        }
+        if now >= s.next_gap_log {
+            s.next_gap_log = now + GAP_LOG_EVERY_NS;
+            self.pipeline.log_source_gaps();
         }
         if now >= s.next_refresh {
             s.next_refresh = now + s.refresh_ns;
@@ -391,6 +544,13 @@ impl Relay {
                             let arrival = now_ns();
                             let mono = round_mono + arrival.saturating_sub(round_real);
                             self.datagram(arbiter, line, &buf[..n], arrival, mono, rereq, s);
+                            // Not one datagram more after the end: the
+                            // arbiter would follow the next session at
+                            // once (whoever sent it).
+                            if stop_at_end && s.ended {
+                                s.upstream = Upstream::from(arbiter.counters());
+                                return "end-of-session";
+                            }
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -463,31 +623,33 @@ impl Relay {
     fn run_binaryfile(
         &mut self,
         path: &std::path::Path,
+        file: WakingFile,
+        stop: &StopWhen,
         s: &mut Loop,
         opts: &RunOptions,
     ) -> Result<&'static str, RelayError> {
-        let file = std::fs::File::open(path).map_err(|e| RelayError::Setup {
-            what: format!("input file {}", path.display()),
-            reason: format!("cannot be opened: {e}"),
-        })?;
-        let mut reader = BinaryFileReader::new(file);
-        let pace = Pacer::new(self.config.input.pace, self.config.input.speed);
-        let mut pace = pace;
+        let mut reader = BinaryFileReader::new(BufReader::with_capacity(READ_BUFFER, file));
+        let mut pace = Pacer::new(self.config.input.pace, self.config.input.speed);
         let mut sequence = 0u64;
         loop {
             let msg = match reader.next_message() {
                 Ok(Some(m)) => m,
                 Ok(None) => return Ok("end-of-file"),
                 Err(e) => {
+                    if let Some(why) = input::stopped(&e).or_else(|| stop.why()) {
+                        return Ok(why);
+                    }
                     return Err(RelayError::BinaryFile {
                         path: path.display().to_string(),
                         source: e,
-                    })
+                    });
                 }
             };
             sequence += 1;
             if let Some(ts) = itch_timestamp(msg) {
-                pace.wait(ts);
+                if let Some(why) = pace.wait(ts, stop) {
+                    return Ok(why);
+                }
             }
             self.pipeline.begin_packet(now_ns());
             self.pipeline.message(sequence, msg);
@@ -500,22 +662,44 @@ impl Relay {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Reads a capture through the arbiter; returns why it ended and what
+    /// the reader skipped, by reason.
     fn run_pcap(
         &mut self,
-        path: &std::path::Path,
+        input: &PcapInput<'_>,
+        file: WakingFile,
+        stop: &StopWhen,
         arbiter: &mut Arbiter,
-        line_a: Option<SocketAddrV4>,
-        line_b: Option<SocketAddrV4>,
         s: &mut Loop,
         opts: &RunOptions,
-    ) -> Result<&'static str, RelayError> {
-        let mut reader = CaptureReader::open(path)?;
+    ) -> Result<(&'static str, CaptureStats), RelayError> {
+        let name = input.path.display().to_string();
+        let buffered = BufReader::with_capacity(READ_BUFFER, file);
+        let mut reader = match CaptureReader::new(name, buffered) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(why) = input::stopped(&e).or_else(|| stop.why()) {
+                    return Ok((why, CaptureStats::default()));
+                }
+                return Err(e.into());
+            }
+        };
         let mut pace = Pacer::new(self.config.input.pace, self.config.input.speed);
         let mut last_ts = 0u64;
         let mut n = 0u64;
-        while let Some(d) = reader.next_datagram()? {
-            let line = match (line_a, line_b) {
+        loop {
+            let d = match reader.next_datagram() {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => {
+                    if let Some(why) = input::stopped(&e).or_else(|| stop.why()) {
+                        s.upstream = Upstream::from(arbiter.counters());
+                        return Ok((why, *reader.stats()));
+                    }
+                    return Err(e.into());
+                }
+            };
+            let line = match (input.line_a, input.line_b) {
                 (_, Some(b)) if d.dst == b => Line::B,
                 (Some(a), _) if d.dst != a => {
                     s.skipped += 1;
@@ -523,50 +707,64 @@ impl Relay {
                 }
                 _ => Line::A,
             };
-            pace.wait(d.timestamp_ns);
+            let (ts, payload) = (d.timestamp_ns, d.payload);
+            if let Some(why) = pace.wait(ts, stop) {
+                s.upstream = Upstream::from(arbiter.counters());
+                return Ok((why, *reader.stats()));
+            }
             // Capture time is the arbiter's clock: replays are
             // deterministic whatever the pace.
-            last_ts = last_ts.max(d.timestamp_ns);
-            self.datagram(arbiter, line, d.payload, now_ns(), last_ts, None, s);
+            last_ts = last_ts.max(ts);
+            self.datagram(arbiter, line, payload, now_ns(), last_ts, None, s);
             n += 1;
             if n % 256 == 0 {
                 s.upstream = Upstream::from(arbiter.counters());
                 if let Some(why) = self.housekeeping(s, opts, monotonic_ns()) {
-                    return Ok(why);
+                    return Ok((why, *reader.stats()));
                 }
             }
         }
-        // The capture is over: nothing will fill what is still missing, so
-        // run the timers out (each gap becomes unrecoverable after its
-        // retries) and deliver what was held behind the gaps.
-        let mut guard = 0;
-        while let Some(due) = arbiter.next_deadline() {
-            guard += 1;
-            if guard > 1_000_000 {
-                break;
-            }
-            last_ts = last_ts.max(due);
-            self.pipeline.begin_packet(now_ns());
-            let mut sink = Sink {
-                pipeline: &mut self.pipeline,
-                rerequest: None,
-                request_errors: &mut s.request_errors,
-                ended: &mut s.ended,
-            };
-            arbiter.on_timer(last_ts, &mut sink);
-            self.pipeline.end_packet();
-        }
+        // The capture is over: nothing will fill what is still missing.
+        // Report it unrecoverable (a source gap on every stream) and
+        // deliver what was held behind it.
+        self.pipeline.begin_packet(now_ns());
+        let mut sink = Sink {
+            pipeline: &mut self.pipeline,
+            rerequest: None,
+            request_errors: &mut s.request_errors,
+            ended: &mut s.ended,
+        };
+        arbiter.finish(&mut sink);
+        self.pipeline.end_packet();
         s.upstream = Upstream::from(arbiter.counters());
-        Ok(if s.ended {
+        let why = if s.ended {
             "end-of-session"
         } else {
             "end-of-file"
-        })
+        };
+        Ok((why, *reader.stats()))
     }
+}
+
+/// A capture input's name and lines.
+struct PcapInput<'a> {
+    path: &'a std::path::Path,
+    line_a: Option<SocketAddrV4>,
+    line_b: Option<SocketAddrV4>,
+}
+
+/// Opens a file input once, without waiting (a FIFO's writer may come
+/// later): a missing or unreadable file is a setup error.
+fn open_input(path: &std::path::Path) -> Result<WakingFile, RelayError> {
+    WakingFile::open(path).map_err(|reason| RelayError::Setup {
+        what: format!("input file {}", path.display()),
+        reason,
+    })
 }
 
 struct Loop {
     deadline: Option<u64>,
+    next_gap_log: u64,
     next_service: u64,
     next_refresh: u64,
     refresh_ns: u64,
@@ -611,27 +809,68 @@ impl Pacer {
         }
     }
 
-    /// Waits until the event recorded at `ts` is due.
-    fn wait(&mut self, ts: u64) {
+    /// Waits until the event recorded at `ts` is due, in slices that look
+    /// at `stop` (a jump of hours in the recorded time does not hold off
+    /// SIGINT/SIGTERM or `--duration`); returns why to stop, if it is time
+    /// to.
+    fn wait(&mut self, ts: u64, stop: &StopWhen) -> Option<&'static str> {
         if !self.on {
-            return;
+            return None;
         }
         let now = monotonic_ns();
         let (t0, w0) = *self.origin.get_or_insert((ts, now));
-        let due = w0 + (ts.saturating_sub(t0) as f64 / self.speed) as u64;
-        loop {
-            let now = monotonic_ns();
-            if now >= due {
-                return;
-            }
-            let left = due - now;
-            if left > 2_000_000 {
-                // Pacing, not synchronisation: give the core away while
-                // the next event is far off.
-                std::thread::sleep(Duration::from_nanos(left - 1_000_000));
-            } else {
-                std::hint::spin_loop();
-            }
+        let offset = (ts.saturating_sub(t0) as f64 / self.speed) as u64;
+        stop.sleep_until(w0.saturating_add(offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(f: impl FnOnce(&mut Snapshot)) -> Summary {
+        let mut counters = Snapshot::default();
+        f(&mut counters);
+        Summary {
+            input: "moldudp64",
+            seconds: 1.0,
+            ended_by: "stopped",
+            request_errors: 0,
+            recv_errors: 0,
+            skipped_datagrams: 0,
+            capture: None,
+            data_lost: None,
+            counters,
         }
+    }
+
+    #[test]
+    fn loss_names_what_was_lost_and_not_what_was_rejected() {
+        assert_eq!(summary(|_| {}).loss(), None);
+        // Rejected input beside a genuine feed is not loss.
+        let rejected = summary(|c| {
+            c.local.messages_in = 10;
+            c.upstream.0.other_session = 5;
+            c.upstream.0.suspect_jumps = 5;
+            c.upstream.0.malformed = 5;
+            c.upstream.0.duplicate_messages = 5;
+        });
+        assert_eq!(rejected.loss(), None);
+        let lost = summary(|c| {
+            c.local.messages_in = 10;
+            c.upstream.0.unrecoverable = 7;
+            c.local.bad_messages = 2;
+            c.local.publish_errors = 1;
+        });
+        assert_eq!(
+            lost.loss().unwrap(),
+            "data lost: 7 feed messages unrecoverable (sent to subscribers as source gaps); \
+             2 ITCH messages of an unknown type or wrong length not published; 1 publishes failed"
+        );
+        let wrong_session = summary(|c| c.upstream.0.other_session = 3);
+        assert!(wrong_session
+            .loss()
+            .unwrap()
+            .contains("all 3 packets received were of another session"));
     }
 }

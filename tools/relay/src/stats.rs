@@ -42,6 +42,7 @@ pub struct Local {
     pub bad_messages: u64,
     pub unrouted: u64,
     pub publish_errors: u64,
+    pub source_gaps: u64,
     pub passthrough_packets: u64,
     pub passthrough_errors: u64,
     pub recorded: u64,
@@ -297,11 +298,67 @@ pub const COUNTERS: &[Counter] = &[
         get: |v| v.up.suspect_jumps,
     },
     Counter {
+        name: "jumps",
+        json: Some("jumps"),
+        help: "far jumps believed after confirmation (what they skipped is unrecoverable)",
+        log: Log::No,
+        get: |v| v.up.jumps,
+    },
+    Counter {
+        name: "unconfirmed_ends",
+        json: Some("unconfirmed_ends"),
+        help: "end-of-session packets not (yet) confirmed by every line",
+        log: Log::No,
+        get: |v| v.up.unconfirmed_ends,
+    },
+    Counter {
+        name: "malformed_short_header",
+        json: Some("malformed_short_header"),
+        help: "malformed: header shorter than 20 bytes",
+        log: Log::No,
+        get: |v| v.up.malformed_by.short_header,
+    },
+    Counter {
+        name: "malformed_count_mismatch",
+        json: Some("malformed_count_mismatch"),
+        help: "malformed: message count disagrees with the blocks present",
+        log: Log::No,
+        get: |v| v.up.malformed_by.count_mismatch,
+    },
+    Counter {
+        name: "malformed_bad_block_length",
+        json: Some("malformed_bad_block_length"),
+        help: "malformed: a block length prefix cut short or overrunning the packet",
+        log: Log::No,
+        get: |v| v.up.malformed_by.bad_block_length,
+    },
+    Counter {
+        name: "malformed_sequence_zero",
+        json: Some("malformed_sequence_zero"),
+        help: "malformed: sequence number 0",
+        log: Log::No,
+        get: |v| v.up.malformed_by.sequence_zero,
+    },
+    Counter {
+        name: "malformed_sequence_overflow",
+        json: Some("malformed_sequence_overflow"),
+        help: "malformed: a range ending beyond the largest sequence number",
+        log: Log::No,
+        get: |v| v.up.malformed_by.sequence_overflow,
+    },
+    Counter {
         name: "publish_errors",
         json: Some("publish_errors"),
         help: "publishes that failed (datagram transports only)",
         log: Log::No,
         get: |v| v.local.publish_errors,
+    },
+    Counter {
+        name: "source_gaps",
+        json: Some("source_gaps"),
+        help: "source-gap notices published (one per unrecoverable range and stream)",
+        log: Log::No,
+        get: |v| v.local.source_gaps,
     },
     Counter {
         name: "passthrough_packets",
@@ -556,6 +613,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use mdbus::counters::CountersReader;
+    use mdbus_feed::arbiter::MalformedCounters;
 
     use super::*;
 
@@ -590,6 +648,15 @@ mod tests {
             end_of_session: 122,
             after_end: 123,
             suspect_jumps: 124,
+            jumps: 125,
+            unconfirmed_ends: 126,
+            malformed_by: MalformedCounters {
+                short_header: 127,
+                count_mismatch: 128,
+                bad_block_length: 129,
+                sequence_zero: 130,
+                sequence_overflow: 131,
+            },
         };
         let local = Local {
             messages_in: 201,
@@ -602,6 +669,7 @@ mod tests {
             recorded: 208,
             record_errors: 209,
             timed_packets: 210,
+            source_gaps: 211,
         };
         let latency = Summary {
             count: 301,

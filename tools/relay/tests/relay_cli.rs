@@ -200,3 +200,75 @@ fn help_explains_the_relay() {
         );
     }
 }
+
+/// A capture input that is a FIFO nobody writes to: the relay starts (the
+/// open does not wait for a writer), waits for data, and SIGTERM still
+/// ends it with the summary and exit 0.
+#[test]
+fn sigterm_stops_a_relay_waiting_on_a_fifo() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let scratch = Scratch::new("sigterm-fifo");
+    let fifo = scratch.path("feed.fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let cfg = scratch.path("relay.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[input]\nkind = \"pcap\"\npath = \"{}\"\n[counters]\npath = \"{}\"\nlog_interval = \"0s\"\n\
+             refresh = \"10ms\"\n[thread]\npin = false\n{}\n[routing]\ndefault = \"s1\"\ncontrol = \"ctl\"\n",
+            fifo.display(),
+            scratch.path("counters").display(),
+            scratch.shm_bus(1024),
+        ),
+    )
+    .unwrap();
+    let child = spawn(&["--config", cfg.to_str().unwrap()]);
+    let counters = scratch.path("counters");
+    wait_for("the counters file to appear", || counters.exists());
+    // SAFETY: kill with a valid pid of our own child and a valid signal.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let (code, out, err) = output(child);
+    assert_eq!(code, 0, "stderr: {err}");
+    assert!(out.contains("ended by     stopped"), "{out}");
+    assert!(out.contains("data lost    none"), "{out}");
+}
+
+/// A capture input that is empty or not a capture is refused at start-up
+/// with a sentence naming it (exit 2); a missing one too.
+#[test]
+fn a_file_input_that_is_not_a_capture_is_refused() {
+    let scratch = Scratch::new("not-capture");
+    for (name, bytes, want) in [
+        (
+            "empty.pcap",
+            &b""[..],
+            "is empty: a pcap or pcapng capture was expected",
+        ),
+        (
+            "text.pcap",
+            &b"hello, world"[..],
+            "is not a pcap or pcapng capture",
+        ),
+    ] {
+        let file = scratch.path(name);
+        std::fs::write(&file, bytes).unwrap();
+        let cfg = scratch.path("relay.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[input]\nkind = \"pcap\"\npath = \"{}\"\n[counters]\npath = \"\"\n{}\n[routing]\ndefault = \"s1\"\n",
+                file.display(),
+                scratch.shm_bus(1024),
+            ),
+        )
+        .unwrap();
+        let (code, _, err) = output(spawn(&["--config", cfg.to_str().unwrap()]));
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("input file {}: {want}", file.display())),
+            "{err}"
+        );
+    }
+}

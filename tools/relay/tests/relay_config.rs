@@ -22,6 +22,8 @@ fn the_checked_in_example_parses() {
     assert_eq!(a.line_b.unwrap().to_string(), "239.192.10.2:26400");
     assert_eq!(a.rerequest.unwrap().to_string(), "127.0.0.1:26410");
     assert_eq!(c.input.arbiter.request_timeout.as_millis(), 20);
+    assert_eq!(c.input.arbiter.confirm_packets, 64);
+    assert_eq!(c.input.arbiter.confirm_quiet.as_secs(), 5);
     assert!(!c.passthrough.enabled);
     assert_eq!(
         c.counters.path.to_str(),
@@ -56,6 +58,9 @@ fn the_example_names_every_key() {
         "max_retries",
         "max_request_messages",
         "requests_per_second",
+        "max_jump",
+        "confirm_packets",
+        "confirm_quiet",
         "mode",
         "system",
         "control",
@@ -123,6 +128,13 @@ fn errors_name_the_file_the_key_and_what_is_allowed() {
         "relay.toml: input.arbiter.max_retries: 0 is not allowed: at least 1"
     );
     assert!(err(&format!("{LIVE}[input.arbiter]\ngap_wait = \"5\"\n")).contains("has no unit"));
+    assert_eq!(
+        err(&format!("{LIVE}[input.arbiter]\nconfirm_packets = 0\n")),
+        "relay.toml: input.arbiter.confirm_packets: 0 is not allowed: at least 1"
+    );
+    assert!(
+        err(&format!("{LIVE}[input.arbiter]\nconfirm_quiet = \"5\"\n")).contains("has no unit")
+    );
     assert_eq!(
         err(&format!("{LIVE}[routing]\nsystem = \"control\"\n")),
         "relay.toml: routing.control: must name a stream when routing.system = \"control\""

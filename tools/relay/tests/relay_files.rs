@@ -218,6 +218,23 @@ fn bad_input_is_counted_and_the_rest_delivered() {
             .collect()
     };
     assert_eq!(lost.len() as u64, c.upstream.unrecoverable);
+    // The loss reached every stream as a source gap naming exactly the
+    // messages not delivered, and the run says data was lost.
+    let mut got = got;
+    for (name, r) in got.iter_mut() {
+        let reported: std::collections::BTreeSet<u64> =
+            r.source_gaps.iter().flat_map(|&(f, t, _)| f..t).collect();
+        assert_eq!(reported, lost, "stream {name}");
+        r.source_gaps.clear();
+    }
+    assert!(
+        summary
+            .data_lost
+            .as_deref()
+            .is_some_and(|d| d.contains(&format!("{} feed messages unrecoverable", lost.len()))),
+        "{:?}",
+        summary.data_lost
+    );
     let kept: Vec<_> = sent.into_iter().filter(|m| !lost.contains(&m.0)).collect();
     check_delivery(&kept, &got);
 }
@@ -297,4 +314,377 @@ fn a_recording_holds_every_routed_message_in_sequence_order() {
         seen += 1;
     }
     assert_eq!(seen, messages.len());
+}
+
+const LINE_A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), 26400);
+const LINE_B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), 26400);
+const EXCHANGE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000);
+
+/// One Ethernet/IPv4/UDP frame as the capture writer builds it (14 + 20 +
+/// 8 bytes of headers, then the payload).
+fn udp_frame(dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let mut w = CaptureWriter::new("frame", Vec::new()).unwrap();
+    w.write_udp(1_000_000_000, EXCHANGE, dst, payload).unwrap();
+    w.finish().unwrap()[24 + 16..].to_vec()
+}
+
+/// A classic pcap (the writer's header: native byte order, ns) of raw
+/// frames, one every `step_ns` from 1 s, with timestamps overridden where
+/// `at` says.
+fn raw_pcap(frames: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut out = CaptureWriter::new("h", Vec::new())
+        .unwrap()
+        .finish()
+        .unwrap();
+    for (ts, f) in frames {
+        let secs = u32::try_from(ts / 1_000_000_000).unwrap();
+        let nanos = (ts % 1_000_000_000) as u32;
+        let len = f.len() as u32;
+        for v in [secs, nanos, len, len] {
+            out.extend_from_slice(&v.to_ne_bytes());
+        }
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+/// A genuine session: its packets (session TEST000001), its messages
+/// (sequence, bytes) and its end-of-session packet.
+struct Genuine(Vec<Vec<u8>>, Vec<(u64, Vec<u8>)>, Vec<u8>);
+
+fn genuine_packets(order_messages: u64) -> Genuine {
+    let day = Generator::new(&SynthConfig {
+        seed: 13,
+        symbols: 30,
+        order_messages,
+        ..SynthConfig::default()
+    })
+    .unwrap();
+    let mut packer = MoldPacker::new(day, Session::new("TEST000001").unwrap(), 1, 1400).unwrap();
+    let (mut packets, mut sent) = (Vec::new(), Vec::new());
+    while let Some(p) = packer.next_packet() {
+        for blk in Packet::parse(p.bytes).unwrap().messages() {
+            let blk = blk.unwrap();
+            sent.push((blk.sequence, blk.data.to_vec()));
+        }
+        packets.push(p.bytes.to_vec());
+    }
+    Genuine(packets, sent, packer.end_of_session().to_vec())
+}
+
+/// A capture of a genuine day on both lines with every kind of damaged,
+/// foreign and forged frame among it: the relay publishes exactly the
+/// genuine day, counts each skipped frame and each rejected packet under
+/// its reason (summary and JSON), and reports nothing lost.
+#[test]
+fn a_hostile_capture_is_counted_by_reason_and_the_genuine_day_delivered() {
+    let scratch = Scratch::new("hostile");
+    let Genuine(packets, sent, eos) = genuine_packets(3_000);
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    for (k, good) in packets.iter().enumerate() {
+        let a = udp_frame(LINE_A, good);
+        match k {
+            5 => {
+                // The A copy is an IP fragment; B still carries it.
+                let mut f = a.clone();
+                f[14 + 6] |= 0x20;
+                frames.push(f);
+            }
+            6 => {
+                // The UDP length says 10 bytes more than there are, then 2
+                // fewer.
+                let mut f = a.clone();
+                let len = u16::from_be_bytes([f[38], f[39]]);
+                f[38..40].copy_from_slice(&(len + 10).to_be_bytes());
+                frames.push(f.clone());
+                f[38..40].copy_from_slice(&(len - 2).to_be_bytes());
+                frames.push(f);
+            }
+            // Cut short: the IP header says more than the frame holds.
+            7 => frames.push(a[..a.len() - 5].to_vec()),
+            8 => {
+                // The MoldUDP64 count lies, then a block length does.
+                let mut lying = good.clone();
+                lying[19] += 1;
+                frames.push(udp_frame(LINE_A, &lying));
+                let mut overrun = good.clone();
+                overrun[20..22].copy_from_slice(&500u16.to_be_bytes());
+                frames.push(udp_frame(LINE_A, &overrun));
+            }
+            9 => {
+                // Not IP (ARP), and IPv4 but not UDP (ICMP).
+                let mut arp = a.clone();
+                arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+                frames.push(arp);
+                let mut icmp = a.clone();
+                icmp[14 + 9] = 1;
+                frames.push(icmp);
+                frames.push(a);
+            }
+            10 => {
+                // A forged packet far ahead, and another session's packet.
+                let mut forged = good.clone();
+                forged[10..18].copy_from_slice(&(1u64 << 63).to_be_bytes());
+                frames.push(udp_frame(LINE_A, &forged));
+                let mut evil = good.clone();
+                evil[..10].copy_from_slice(b"EVIL      ");
+                frames.push(udp_frame(LINE_B, &evil));
+                frames.push(a);
+            }
+            _ => frames.push(a),
+        }
+        frames.push(udp_frame(LINE_B, good));
+    }
+    frames.push(udp_frame(LINE_A, &eos));
+    frames.push(udp_frame(LINE_B, &eos));
+    let stamped: Vec<(u64, Vec<u8>)> = frames
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (1_000_000_000 + i as u64 * 1_000, f))
+        .collect();
+    let file = scratch.path("hostile.pcap");
+    std::fs::write(&file, raw_pcap(&stamped)).unwrap();
+
+    let (summary, got) = relay(config(&scratch, &pcap_input(&file)));
+    check_delivery(&sent, &got);
+    let c = &summary.counters;
+    assert_eq!(summary.ended_by, "end-of-session");
+    assert_eq!(c.local.messages_in, sent.len() as u64);
+    assert_eq!(c.upstream.unrecoverable, 0);
+    assert_eq!(summary.data_lost, None, "rejected input is not data lost");
+    let k = summary.capture.expect("capture counts");
+    assert_eq!(
+        (
+            k.not_ipv4,
+            k.not_udp,
+            k.fragments,
+            k.truncated,
+            k.bad_udp_length
+        ),
+        (1, 1, 1, 1, 2),
+        "{k:?}"
+    );
+    assert_eq!(k.skipped, 6);
+    assert_eq!(k.frames, stamped.len() as u64);
+    let m = &c.upstream.malformed_by;
+    assert_eq!((m.count_mismatch, m.bad_block_length), (1, 1), "{m:?}");
+    assert_eq!(c.upstream.suspect_jumps, 1);
+    assert_eq!(c.upstream.other_session, 1);
+    // The same counts, by reason, in the JSON and the text summary.
+    let json = serde_json::to_value(&summary).unwrap();
+    assert_eq!(json["capture"]["fragments"], 1);
+    assert_eq!(json["capture"]["bad_udp_length"], 2);
+    assert_eq!(json["capture"]["not_udp"], 1);
+    assert_eq!(json["capture"]["truncated"], 1);
+    assert_eq!(json["capture"]["not_ipv4"], 1);
+    assert_eq!(json["malformed_count_mismatch"], 1);
+    assert_eq!(json["malformed_bad_block_length"], 1);
+    assert_eq!(json["suspect_jumps"], 1);
+    assert_eq!(json["other_session"], 1);
+    assert!(json["data_lost"].is_null());
+    let text = mdbus_relay::report::summary_text(&summary);
+    assert!(
+        text.contains("fragments 1, truncated 1, bad UDP length 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("count mismatch 1, bad block length 1"),
+        "{text}"
+    );
+    assert!(text.contains("data lost    none"), "{text}");
+}
+
+/// A capture read from a FIFO another thread writes into (no seek, read
+/// once): the whole day is delivered.
+#[test]
+fn a_capture_from_a_fifo_is_read_once_to_the_end() {
+    let scratch = Scratch::new("fifo");
+    let file = scratch.path("day.pcap");
+    let synth = SynthConfig {
+        seed: 17,
+        symbols: 30,
+        order_messages: 5_000,
+        ..SynthConfig::default()
+    };
+    let sent = write_capture(&file, &synth, |l, i| l == 1 && i % 3 == 0, &[]);
+    let bytes = std::fs::read(&file).unwrap();
+    let fifo = scratch.path("feed.fifo");
+    mkfifo(&fifo);
+    // Relay::new opens the FIFO without waiting for the writer, which
+    // comes afterwards, from another thread.
+    let cfg = config(&scratch, &pcap_input(&fifo));
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            // In small pieces: the reader must wait between them.
+            for chunk in bytes.chunks(4096) {
+                w.write_all(chunk).unwrap();
+            }
+        })
+    };
+    let (summary, got) = relay(cfg);
+    writer.join().unwrap();
+    check_delivery(&sent, &got);
+    assert_eq!(summary.ended_by, "end-of-session");
+    assert_eq!(summary.counters.upstream.unrecoverable, 0);
+    assert_eq!(summary.capture.unwrap().skipped, 0);
+}
+
+/// A FIFO nobody writes to: the relay waits for a writer, and `--duration`
+/// (or a signal) still ends the run.
+#[test]
+fn a_fifo_without_a_writer_does_not_hold_off_the_duration() {
+    let scratch = Scratch::new("fifo-idle");
+    let fifo = scratch.path("idle.fifo");
+    mkfifo(&fifo);
+    let relay = Relay::new(config(&scratch, &pcap_input(&fifo)), "<test>").unwrap();
+    let summary = relay
+        .run(&RunOptions {
+            duration: Some(Duration::from_millis(300)),
+            log: false,
+            ..RunOptions::default()
+        })
+        .unwrap();
+    assert_eq!(summary.ended_by, "duration");
+    assert_eq!(summary.counters.local.messages_in, 0);
+    assert_eq!(summary.data_lost, None);
+}
+
+fn mkfifo(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(
+        r,
+        0,
+        "mkfifo {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// `pace = "recorded"` over a capture whose clock jumps 10 hours: the
+/// relay does not sleep through `--duration` (the pacing wait wakes in
+/// slices). The binary, as an operator runs it: exit 0 and the summary.
+#[test]
+fn a_ten_hour_jump_in_a_paced_capture_does_not_hold_off_the_duration() {
+    let scratch = Scratch::new("pace");
+    let Genuine(packets, sent, _) = genuine_packets(200);
+    let mut frames = Vec::new();
+    let mut ts = 1_000_000_000u64;
+    for (k, p) in packets.iter().enumerate() {
+        if k == 10 {
+            ts += 10 * 3600 * 1_000_000_000;
+        }
+        ts += 1_000;
+        frames.push((ts, udp_frame(LINE_A, p)));
+    }
+    let file = scratch.path("jump.pcap");
+    std::fs::write(&file, raw_pcap(&frames)).unwrap();
+    let cfg_path = scratch.path("relay.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}\npace = \"recorded\"\n[counters]\npath = \"\"\nlog_interval = \"0s\"\n[thread]\npin = false\n{}{ROUTING}",
+            pcap_input(&file),
+            scratch.shm_bus(CAPACITY)
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mdbus-relay"))
+        .args([
+            "--config",
+            cfg_path.to_str().unwrap(),
+            "--duration",
+            "2s",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against a hang, not a timing assertion.
+    let until = std::time::Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("the relay slept through --duration");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["ended_by"], "duration");
+    // The packets before the jump were relayed, none after it.
+    let before: u64 = packets[..10]
+        .iter()
+        .map(|p| Packet::parse(p).unwrap().messages().count() as u64)
+        .sum();
+    assert_eq!(v["messages_in"], before, "{v}");
+    assert!(before < sent.len() as u64);
+    assert!(v["data_lost"].is_null());
+}
+
+/// Loss is never silent: a capture that lost packets on both lines exits
+/// 3 with the summary saying what was lost, or 0 with `--allow-loss`.
+#[test]
+fn a_capture_with_unrecoverable_loss_exits_3_unless_allowed() {
+    let scratch = Scratch::new("lossy");
+    let file = scratch.path("lossy.pcap");
+    let synth = SynthConfig {
+        seed: 19,
+        symbols: 30,
+        order_messages: 2_000,
+        ..SynthConfig::default()
+    };
+    write_capture(&file, &synth, |_, i| i == 4, &[]);
+    let cfg_path = scratch.path("relay.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}\n[counters]\npath = \"\"\nlog_interval = \"0s\"\n[thread]\npin = false\n{}{ROUTING}",
+            pcap_input(&file),
+            scratch.shm_bus(CAPACITY)
+        ),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbus-relay"))
+            .args(["--config", cfg_path.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("data lost    data lost: "), "{stdout}");
+    assert!(stderr.contains("feed messages unrecoverable"), "{stderr}");
+    assert!(stderr.contains("--allow-loss"), "{stderr}");
+    let (code, stdout, stderr) = run(&["--allow-loss", "--json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let lost = v["unrecoverable"].as_u64().unwrap();
+    assert!(lost > 0);
+    assert!(
+        v["data_lost"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{lost} feed messages unrecoverable")),
+        "{v}"
+    );
 }

@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use mdbus::counters::CountersFile;
-use mdbus_feed::arbiter::{Arbiter, Line};
+use mdbus_feed::arbiter::{Arbiter, ArbiterSink, Line};
 use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 use mdbus_relay::ingest::{arbiter_config, Sink};
@@ -136,4 +136,25 @@ fn arbitrate_route_publish_and_count_allocate_nothing() {
         "{} allocations while relaying {delivered} messages",
         after - before
     );
+
+    // An unrecoverable range becomes a source-gap notice on every stream,
+    // through the arbiter's sink, without allocating either.
+    let mut sink = Sink {
+        pipeline: &mut pipeline,
+        rerequest: None,
+        request_errors: &mut request_errors,
+        ended: &mut ended,
+    };
+    sink.unrecoverable(1, 5);
+    let before = allocs();
+    for i in 0..1000 {
+        sink.unrecoverable(10 + i * 10, 5);
+    }
+    let after = allocs();
+    assert_eq!(
+        pipeline.local().source_gaps,
+        1001 * names.len() as u64,
+        "every range on every stream"
+    );
+    assert_eq!(after - before, 0, "allocations publishing source gaps");
 }

@@ -153,3 +153,131 @@ fn missing_and_foreign_files_are_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is not an mdbus counters file"), "{err}");
 }
+
+fn stat_json(args: &[&str]) -> serde_json::Value {
+    let out = stat(args);
+    assert!(
+        out.status.success(),
+        "mdbus-stat {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A demo killed with SIGKILL leaves its shared-memory segments and its
+/// counters file behind: `mdbus-stat list` shows them stale with the dead
+/// pid, `mdbus-stat clean` removes them (and only them), and a new demo
+/// then runs and exits 0.
+#[test]
+fn clean_removes_what_a_killed_demo_left_and_a_new_demo_starts() {
+    let scratch = Scratch::new("stat-clean");
+    let cfg = scratch.path("demo.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[input]\nline_a = \"239.192.79.1:{}\"\n[counters]\npath = \"{}\"\nlog_interval = \"0s\"\n\
+             [thread]\npin = false\nidle = \"yield\"\n{}{}",
+            port(),
+            scratch.path("counters").display(),
+            scratch.shm_bus(1024),
+            relay_common::ROUTING
+        ),
+    )
+    .unwrap();
+    let dir = scratch.dir.to_str().unwrap().to_string();
+    // A file of a live process (this test's own counters file) must stay.
+    let keep = mdbus::counters::CountersFile::create(scratch.path("live.counters"), "test", &["x"])
+        .unwrap();
+    let mut demo = Command::new(RELAY)
+        .args(["--demo", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + DEADLINE;
+    while !scratch.path("counters").exists() {
+        assert!(
+            Instant::now() < until,
+            "the demo's counters file did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    demo.kill().unwrap(); // SIGKILL: nothing is cleaned up
+    demo.wait().unwrap();
+
+    let listed = stat_json(&["list", &dir, "--json"]);
+    let files = listed["files"].as_array().unwrap();
+    let stale: Vec<&serde_json::Value> = files.iter().filter(|f| f["state"] == "stale").collect();
+    // Four stream segments and the counters file.
+    assert_eq!(stale.len(), 5, "{listed}");
+    assert!(stale.iter().all(|f| f["pid"] == demo.id()), "{listed}");
+    assert!(
+        stale
+            .iter()
+            .any(|f| f["path"] == scratch.path("counters").to_str().unwrap()),
+        "{listed}"
+    );
+    assert!(files
+        .iter()
+        .any(|f| f["state"] == "alive" && f["pid"] == std::process::id()));
+
+    let cleaned = stat_json(&["clean", &dir, "--json"]);
+    let removed = cleaned["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["removed"] == true)
+        .count();
+    assert_eq!(removed, 5, "{cleaned}");
+    assert!(!scratch.path("counters").exists());
+    assert!(scratch.path("live.counters").exists(), "a live file stays");
+    let after = stat_json(&["list", &dir, "--json"]);
+    assert!(
+        after["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["state"] == "alive"),
+        "{after}"
+    );
+    // The text form says what it did.
+    let out = stat(&["clean", &dir]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 stale removed"));
+
+    let out = Command::new(RELAY)
+        .args([
+            "--demo",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(keep);
+}
+
+/// Every tool lists the exit statuses in its --help.
+#[test]
+fn every_tool_lists_its_exit_codes() {
+    for (tool, args) in [
+        (RELAY, &["--help"][..]),
+        (RELAY, &["simulate", "--help"][..]),
+        (STAT, &["--help"][..]),
+        (STAT, &["clean", "--help"][..]),
+    ] {
+        let out = Command::new(tool).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(mdbus_tool_support::output::EXIT_CODES_HELP),
+            "{tool} {args:?}: {text}"
+        );
+    }
+}

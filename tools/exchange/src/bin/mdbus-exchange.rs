@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mdbus_exchange::SimulateArgs;
+use mdbus_tool_support::output::EXIT_CODES_HELP;
 
 /// Simulate an exchange's MoldUDP64/ITCH 5.0 feed.
 #[derive(Debug, Parser)]
@@ -20,8 +21,12 @@ use mdbus_exchange::SimulateArgs;
     version,
     about = "Simulate an exchange: a synthetic ITCH 5.0 session over MoldUDP64 on lines A and \
 B, with a re-request server",
-    after_help = "Exit status: 0 when the session (or --duration) is over or on SIGINT/SIGTERM; \
-1 when it cannot start; 2 for a usage error."
+    long_about = "Simulate an exchange: a synthetic ITCH 5.0 session over MoldUDP64 on lines \
+A and B, with a re-request server.\n\nExits 0 when the session (or --duration) is over or on \
+SIGINT/SIGTERM; 2 for arguments that cannot be used (not a multicast group, not a local \
+interface, a port in use); 1 when a thread cannot start; 3 when datagrams could not be sent \
+(the drops asked for are not loss).",
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     #[command(flatten)]

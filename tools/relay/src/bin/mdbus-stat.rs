@@ -5,15 +5,19 @@
 //! mdbus-stat                                   # /dev/shm/mdbus-relay.counters, every second
 //! mdbus-stat /dev/shm/feed.counters --interval 5s
 //! mdbus-stat --once --json
+//! mdbus-stat list                              # mdbus files in /dev/shm: creator pid, alive/stale
+//! mdbus-stat clean                             # remove the stale ones
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use mdbus::counters::CountersReader;
+use mdbus::leftovers::State;
 use mdbus_tool_support::duration::parse_nonzero;
+use mdbus_tool_support::output::{EXIT_CODES_HELP, EXIT_FAILED, EXIT_USAGE};
 
 /// Print the counters of a running mdbus process.
 #[derive(Debug, Parser)]
@@ -25,14 +29,20 @@ use mdbus_tool_support::duration::parse_nonzero;
 its counters file: a small shared-memory file the process updates with atomic stores, read here \
 without locks or system calls per counter. Each interval prints every counter with its rate per \
 second since the previous sample. The file must belong to a live process: a missing file, a file \
-that is not a counters file, or one whose owner has exited (stale) is an error.",
-    after_help = "Exit status: 0 on success, or when the owner exits while being watched; 1 \
-when the file is missing, not a counters file, or stale; 2 for a usage error."
+that is not a counters file, or one whose owner has exited (stale) is an error (exit status 1); \
+exit status 0 when the owner exits while being watched.",
+    after_help = EXIT_CODES_HELP,
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     /// The counters file (mdbus-relay: `counters.path` in its configuration).
     #[arg(default_value = "/dev/shm/mdbus-relay.counters")]
     file: PathBuf,
+
+    /// `list` or `clean` the mdbus files of a directory; none: watch a
+    /// counters file.
+    #[command(subcommand)]
+    command: Option<Command>,
 
     /// Time between samples, as 500ms, 1s, 5s.
     #[arg(long, default_value = "1s", value_parser = parse_nonzero)]
@@ -54,13 +64,143 @@ struct Cli {
     json: bool,
 }
 
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the shared-memory segments, counters files and temporary files
+    /// mdbus processes left in a directory, with each creator's pid and
+    /// whether it still runs (alive, stale, unreadable).
+    #[command(after_help = EXIT_CODES_HELP)]
+    List(DirArgs),
+    /// Remove the stale ones: files of this user, private (0600), whose
+    /// creator no longer runs. Files of live processes, of other users,
+    /// with damaged headers or unknown formats are left alone.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Clean(DirArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DirArgs {
+    /// The directory (the bus's `shm.dir`, which also holds the relay's
+    /// counters file by default).
+    #[arg(default_value = "/dev/shm", conflicts_with = "config")]
+    dir: PathBuf,
+
+    /// Take the directories from a relay configuration instead: its
+    /// `bus.shm.dir` and the directory of its `counters.path`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// One JSON object: {"dir", "files": [{"path", "what", "pid", "state",
+    /// "removed"}]}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn state_name(s: State) -> &'static str {
+    match s {
+        State::Alive => "alive",
+        State::Stale => "stale",
+        State::Unreadable => "unreadable",
+    }
+}
+
+/// `list` and `clean`.
+fn leftovers(args: &DirArgs, clean: bool) -> ExitCode {
+    let dirs = match &args.config {
+        None => vec![args.dir.clone()],
+        Some(path) => match mdbus_relay::RelayConfig::from_file(path) {
+            Ok(c) => {
+                let mut d = vec![c.bus.shm.dir.clone()];
+                if let Some(p) = c.counters.path.parent() {
+                    if !p.as_os_str().is_empty() && !d.iter().any(|x| x == p) {
+                        d.push(p.to_path_buf());
+                    }
+                }
+                d
+            }
+            Err(e) => {
+                eprintln!("mdbus-stat: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+    };
+    let mut found = Vec::new();
+    for dir in &dirs {
+        let r = if clean {
+            mdbus::leftovers::clean(dir)
+        } else {
+            mdbus::leftovers::list(dir)
+        };
+        match r {
+            Ok(f) => found.extend(f),
+            Err(e) => {
+                eprintln!("mdbus-stat: cannot read {}: {e}", dir.display());
+                return ExitCode::from(EXIT_FAILED);
+            }
+        }
+    }
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let shown = shown.join(", ");
+    if args.json {
+        let files: Vec<serde_json::Value> = found
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "path": l.path.display().to_string(),
+                    "what": l.what,
+                    "pid": l.creator.map(|c| c.pid),
+                    "state": state_name(l.state),
+                    "removed": l.removed,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({"dir": shown, "files": files}));
+    } else {
+        for l in &found {
+            let pid = l
+                .creator
+                .map_or_else(|| "?".to_string(), |c| c.pid.to_string());
+            println!(
+                "{:<10} pid {:>7}  {}  {}{}",
+                state_name(l.state),
+                pid,
+                l.what,
+                l.path.display(),
+                if l.removed { "  (removed)" } else { "" }
+            );
+        }
+        let removed = found.iter().filter(|l| l.removed).count();
+        let stale = found.iter().filter(|l| l.state == State::Stale).count();
+        if clean {
+            println!(
+                "{} files in {}, {removed} stale removed",
+                found.len(),
+                shown
+            );
+        } else {
+            println!(
+                "{} files in {}, {stale} stale (remove them with mdbus-stat clean)",
+                found.len(),
+                shown
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match &cli.command {
+        Some(Command::List(a)) => return leftovers(a, false),
+        Some(Command::Clean(a)) => return leftovers(a, true),
+        None => {}
+    }
     let reader = match CountersReader::open(&cli.file) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mdbus-stat: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_FAILED);
         }
     };
     let owner = reader.owner();

@@ -113,6 +113,9 @@ pub struct Received {
     pub stamped: u64,
     pub losses: u64,
     pub ended: bool,
+    /// Upstream ranges the relay reported lost (`Event::SourceGap`), with
+    /// the number of messages received before each.
+    pub source_gaps: Vec<(u64, u64, usize)>,
 }
 
 /// Polls `subs` until each has `want[name]` messages (or ended), failing
@@ -150,6 +153,9 @@ pub fn collect_with(
                         r.stamped += 1;
                     }
                     r.messages.push((rm.sequence, rm.itch.to_vec()));
+                }
+                mdbus::Event::SourceGap { from, to } => {
+                    r.source_gaps.push((from, to, r.messages.len()))
                 }
                 mdbus::Event::Gap { .. } | mdbus::Event::Overrun { .. } => r.losses += 1,
                 mdbus::Event::EndOfStream { .. } | mdbus::Event::PublisherDown { .. } => {
@@ -199,6 +205,11 @@ pub fn check_delivery(sent: &[(u64, Vec<u8>)], got: &BTreeMap<String, Received>)
         let g = &got[s];
         let w = want.remove(s).unwrap_or_default();
         assert_eq!(g.losses, 0, "stream {s} reported losses");
+        assert!(
+            g.source_gaps.is_empty(),
+            "stream {s}: source gaps {:?}",
+            g.source_gaps
+        );
         assert_eq!(g.messages.len(), w.len(), "stream {s}: message count");
         for (i, (a, b)) in g.messages.iter().zip(&w).enumerate() {
             assert_eq!(a, b, "stream {s}: message {i} differs");
