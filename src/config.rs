@@ -309,7 +309,7 @@ pub struct VerbsConfig {
     /// Receive buffers reposted per batch.
     pub recv_batch: u32,
     // Failure detection and admission of RC sessions (docs/RDMA.md,
-    // docs/SECURITY-rdma.md).
+    // docs/SECURITY.md, "The RDMA fabric").
     /// Idle time after which an RC session writes a zero-length keep-alive
     /// to its peer. Only an idle session sends one: under load the messages
     /// themselves are acknowledged.

@@ -1,7 +1,7 @@
 //! The TCP frame reader's fuzz target (`fuzz/`, cargo-fuzz on nightly)
 //! run on stable: over its seed corpus, random bytes and mutated seeds.
 //! `cargo +nightly fuzz run tcp_frame` in `fuzz/` runs it under libFuzzer
-//! (docs/SECURITY-peers.md).
+//! (docs/SECURITY.md, "Peers").
 
 #[path = "../fuzz/src/tcp_frame.rs"]
 mod driver;

@@ -447,7 +447,7 @@ pub fn arbiter_attack(data: &[u8]) {
 
     let mut now = 0u64;
     // The first genuine packet comes first: an unconfigured arbiter
-    // follows the first session it sees (docs/SECURITY-feed.md).
+    // follows the first session it sees (docs/SECURITY.md, "Feed input").
     let mut next_event = 0;
     // The attacker's runs: another session from 1, the genuine session
     // from far ahead.
