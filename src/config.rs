@@ -404,8 +404,7 @@ impl Config {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(&name, "(file)", format!("cannot be read: {e}")))?;
+        let text = read_config_text(path).map_err(|e| ConfigError::new(&name, "(file)", e))?;
         Config::from_toml_str(&text, &name)
     }
 
@@ -904,6 +903,28 @@ pub mod duration_str {
     }
 }
 
+/// Largest configuration file read: a configuration is a few kilobytes;
+/// anything far larger is not one, and is refused before it is read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a configuration file of at most [`MAX_CONFIG_BYTES`] (a FIFO or
+/// other stream too: the read itself stops there). The error is a
+/// sentence fragment: "cannot be read: ...", "is larger than ...".
+pub fn read_config_text(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "is larger than {MAX_CONFIG_BYTES} bytes, which no configuration is"
+        ));
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -977,5 +998,15 @@ mod tests {
         assert_eq!(s.max_message, 64);
         assert!(s.timestamps);
         assert_eq!(s.capacity, StreamConfig::default().capacity);
+    }
+
+    #[test]
+    fn a_huge_config_file_is_refused_before_it_is_parsed() {
+        let path = std::env::temp_dir().join(format!("mdbus-huge-{}.toml", std::process::id()));
+        let comment = format!("# {}\n", "x".repeat(1000));
+        std::fs::write(&path, comment.repeat(1100)).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.contains("is larger than 1048576 bytes"), "{err}");
     }
 }

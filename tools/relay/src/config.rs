@@ -439,8 +439,7 @@ impl RelayConfig {
     pub fn from_file(path: impl AsRef<Path>) -> Result<RelayConfig, ConfigError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| cerr(&name, "(file)", format!("cannot be read: {e}")))?;
+        let text = mdbus::config::read_config_text(path).map_err(|e| cerr(&name, "(file)", e))?;
         RelayConfig::from_toml_str(&text, &name)
     }
 

@@ -21,7 +21,7 @@
 //! reference writers' default).
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -44,6 +44,10 @@ const V2_HEADER_LEN: usize = 40;
 /// The largest histogram encoding accepted from a log (a 3-digit
 /// histogram of any range encodes to well under 1 MiB).
 const MAX_ENCODED: usize = 16 << 20;
+/// Longest line a log may hold: a histogram's base64 within
+/// [`MAX_ENCODED`] and its timestamps. Reading stops there, so a file
+/// that is one endless line costs this much memory, not its size.
+const MAX_LINE: usize = MAX_ENCODED / 3 * 4 + 4096;
 
 /// One interval read from a log.
 #[derive(Debug, Clone)]
@@ -134,11 +138,12 @@ impl HlogSink<'_, '_> {
     }
 }
 
-/// Reads an interval log one interval at a time.
+/// Reads an interval log one interval at a time, one line in memory.
 pub struct HlogReader {
     name: String,
-    bytes: Vec<u8>,
-    pos: usize,
+    input: BufReader<File>,
+    /// The current line, reused.
+    raw: Vec<u8>,
     line: usize,
     times: LogTimes,
     intervals: usize,
@@ -157,26 +162,26 @@ impl std::fmt::Debug for HlogReader {
 }
 
 impl HlogReader {
-    /// Reads the file at `path` into memory.
+    /// Opens the file at `path`; it is read line by line, each line at
+    /// most [`MAX_LINE`] bytes.
     ///
     /// # Errors
-    /// It cannot be read, or is empty.
+    /// It cannot be opened, or is empty.
     pub fn open(path: &Path) -> Result<HlogReader, ReplayError> {
         let name = path.display().to_string();
-        let mut bytes = Vec::new();
-        File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|source| HlogError::Open {
-                path: name.clone(),
-                source,
-            })?;
-        if bytes.is_empty() {
+        let open_err = |source| HlogError::Open {
+            path: name.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(open_err)?;
+        let mut input = BufReader::new(file);
+        if input.fill_buf().map_err(open_err)?.is_empty() {
             return Err(HlogError::Empty { path: name }.into());
         }
         Ok(HlogReader {
             name,
-            bytes,
-            pos: 0,
+            input,
+            raw: Vec::new(),
             line: 0,
             times: LogTimes::default(),
             intervals: 0,
@@ -202,16 +207,29 @@ impl HlogReader {
     /// histogram does not decode, or (at the end) no interval at all; the
     /// error names the file and the line.
     pub fn next_interval(&mut self) -> Result<Option<LogInterval>, ReplayError> {
-        while self.pos < self.bytes.len() {
-            let rest = &self.bytes[self.pos..];
-            let len = rest
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(rest.len(), |i| i + 1);
-            let raw = &rest[..len];
-            self.pos += len;
+        loop {
+            self.raw.clear();
+            let read = (&mut self.input)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut self.raw)
+                .map_err(|source| HlogError::Open {
+                    path: self.name.clone(),
+                    source,
+                })?;
+            if read == 0 {
+                break;
+            }
             self.line += 1;
             let line = self.line;
+            if self.raw.len() > MAX_LINE {
+                return Err(HlogError::Syntax {
+                    path: self.name.clone(),
+                    line,
+                    found: format!("a line longer than {MAX_LINE} bytes"),
+                }
+                .into());
+            }
+            let raw = &self.raw[..];
             if raw.iter().all(|b| b.is_ascii_whitespace()) {
                 continue;
             }
@@ -397,5 +415,30 @@ mod tests {
         for bad in ["", "!!!", "AAAA", "HISTFAAAAA==", "HISTEwAAAAA="] {
             assert!(decode(bad, &mut d).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_endless_line_is_refused_after_max_line_bytes() {
+        let path = std::env::temp_dir().join(format!("hlog-endless-{}.hlog", std::process::id()));
+        {
+            let mut f = BufWriter::new(File::create(&path).unwrap());
+            f.write_all(b"#[StartTime: 0.000 (seconds since epoch)]\n")
+                .unwrap();
+            // One line twice as long as allowed, with no newline at all.
+            let chunk = [b'7'; 1 << 16];
+            for _ in 0..(2 * MAX_LINE / chunk.len() + 1) {
+                f.write_all(&chunk).unwrap();
+            }
+        }
+        let mut r = HlogReader::open(&path).unwrap();
+        let err = r.next_interval().unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(
+            err.contains(&format!("longer than {MAX_LINE} bytes")),
+            "{err}"
+        );
+        // Only the start of the line was read.
+        assert!(r.raw.len() <= MAX_LINE + 1, "{}", r.raw.len());
     }
 }
