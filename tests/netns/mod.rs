@@ -52,7 +52,13 @@ impl Topology {
         }
         // The kernel must have veth, bridges and netem: try them in a
         // scratch namespace.
-        let ns = format!("mdbprobe{}", std::process::id());
+        // Tests probe at once, in threads of one process: a name of its
+        // own per probe, or one probe's `ip netns add` fails on another's.
+        let ns = format!(
+            "mdbprobe{}x{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
         let ok = |args: &[&str]| {
             Command::new(args[0])
                 .args(&args[1..])
