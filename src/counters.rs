@@ -257,6 +257,25 @@ impl CountersFile {
                 what: format!("label `{l}` is longer than {MAX_LABEL} bytes"),
             });
         }
+        // Two creators racing for one path both find it free; the loser's
+        // publish finds the winner's file. Look again once, so it gets the
+        // same answer as a creator that came later (InUse, naming the pid).
+        match Self::create_once(path.clone(), owner_name, labels) {
+            Err(CountersError::Io { ref source, .. })
+                if source.kind() == io::ErrorKind::AlreadyExists =>
+            {
+                Self::create_once(path, owner_name, labels)
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt of [`CountersFile::create`], its arguments checked.
+    fn create_once(
+        path: PathBuf,
+        owner_name: &str,
+        labels: &[&str],
+    ) -> Result<CountersFile, CountersError> {
         match CountersReader::open_strict(&path) {
             Ok(old) if old.owner_alive() => {
                 let o = old.owner();

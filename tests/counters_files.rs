@@ -122,3 +122,35 @@ fn a_dead_owners_file_is_reclaimed() {
     assert!(!path.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn two_creators_racing_for_one_path_get_a_file_and_in_use() {
+    let dir = scratch("race");
+    let path = dir.join("race.counters");
+    for round in 0..40 {
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let racers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        CountersFile::create(&path, "racer", &["a", "b"])
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "round {round}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(
+                    matches!(e, CountersError::InUse { pid, .. } if *pid == std::process::id()),
+                    "round {round}: the loser is told who holds the file: {e}"
+                );
+            }
+        }
+        drop(results);
+        assert!(!path.exists(), "round {round}: the winner removed its file");
+    }
+}
