@@ -34,6 +34,7 @@ mod qp;
 mod rc;
 mod recv_ring;
 mod send_queue;
+mod ud_join;
 mod ud_link;
 
 pub use device::{detect, numa_node, probe, ActivePort, DeviceInfo, PortInfo};

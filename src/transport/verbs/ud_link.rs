@@ -40,26 +40,24 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use verbs_sys::{
-    ibv_ah_attr, ibv_send_wr, ibv_sge, ibv_wc, IBV_ACCESS_LOCAL_WRITE, IBV_GID_TYPE_ROCE_V2,
-    IBV_QPT_UD, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_SUCCESS,
-    IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND, RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_MULTICAST_JOIN,
-    RDMA_PS_UDP,
+    ibv_ah_attr, ibv_send_wr, ibv_sge, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH,
+    IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND,
 };
 
 use super::ah::{Ah, AhCache};
 use super::async_events::Watch;
-use super::cm::{CmId, EventChannel, UdParam};
+use super::cm::{CmId, EventChannel};
 use super::cq::Cq;
 use super::credit::repost_batch;
 use super::mr::Region;
 use super::pd::Pd;
-use super::qp::{Caps, CmQp};
+use super::qp::CmQp;
 use super::recv_ring::RecvRing;
 use super::send_queue::SendQueue;
-use super::{device, errors, lib};
+use super::{errors, lib, ud_join};
 use crate::config::{StreamConfig, VerbsConfig};
 use crate::error::{Error, Result};
 use crate::transport::datagram::DatagramLink;
@@ -67,7 +65,7 @@ use crate::transport::datagram::DatagramLink;
 /// Bytes in front of every received datagram where the device puts the GRH.
 pub const GRH_LEN: usize = 40;
 /// QPN that addresses a multicast group.
-const MULTICAST_QPN: u32 = 0xFF_FFFF;
+pub(super) const MULTICAST_QPN: u32 = 0xFF_FFFF;
 /// Completions per poll call.
 const WC_BATCH: usize = 32;
 
@@ -163,7 +161,7 @@ impl fmt::Debug for UdPeer {
 
 /// Where a received datagram's source GID is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum GrhKind {
+pub(super) enum GrhKind {
     /// A real GRH (InfiniBand, RoCE v1, RoCE v2 over IPv6): source GID at
     /// bytes 8..24.
     Ipv6,
@@ -243,194 +241,39 @@ impl fmt::Debug for UdLink {
 
 impl UdLink {
     /// Joins `cfg.group` on the device of `cfg.interface` and readies the
-    /// link; `channel` names it in errors ("stream `md` line A").
+    /// link; `channel` names it in errors ("stream `md` line A"). The steps
+    /// are in [`super::ud_join`]: resolve the group's address, size the
+    /// link to the device, create its verbs objects, join, learn the local
+    /// GID.
     pub fn join(channel: &str, cfg: &UdLinkConfig, vcfg: &VerbsConfig) -> Result<UdLink> {
         let lib = lib()?;
-        let deadline = Instant::now() + cfg.join_timeout;
-        let group = SocketAddr::V4(cfg.group);
-        let timeout = |what: &'static str| Error::Timeout {
-            channel: channel.into(),
-            what,
-            waited_ms: cfg.join_timeout.as_millis() as u64,
-        };
-        let events = EventChannel::new(lib.cm)?;
-        // SAFETY: `events` outlives the id (the link drops it later).
-        let id = unsafe { CmId::new(lib.cm, &events, RDMA_PS_UDP) }?;
-        let ms = cfg.join_timeout.as_millis().clamp(100, 60_000) as i32;
-        id.resolve_addr(cfg.interface.map(Into::into), group, ms)?;
-        match events.next_until(deadline)? {
-            Some(ev) if ev.kind == RDMA_CM_EVENT_ADDR_RESOLVED => {}
-            Some(ev) => {
-                return Err(errors::other(
-                    format!("rdma_resolve_addr {} from {:?}", cfg.group, cfg.interface),
-                    "",
-                    None,
-                    format!("rdma_cm {} (status {})", ev.name(), ev.status),
-                ))
-            }
-            None => return Err(timeout("resolving the multicast group's address")),
-        }
-        let device = id.device_name(lib.verbs);
-        super::note_overrides(channel, vcfg, &device);
-        let ctx = id.context();
-        let port = id.port();
-        // SAFETY: a resolved id's context is live while the id is.
-        let pattr = unsafe { device::query_port(lib.verbs, ctx, port, &device) }?;
-        let mtu = device::mtu_bytes(pattr.active_mtu);
-        let max_datagram = cfg.max_datagram.min(mtu);
-        let recv_slot = (GRH_LEN + mtu).div_ceil(64) * 64;
-        let send_slot = max_datagram.div_ceil(64) * 64;
-        let mut dattr = verbs_sys::ibv_device_attr::default();
-        // SAFETY: as above.
-        let rc = unsafe { (lib.verbs.ibv_query_device)(ctx, &mut dattr) };
-        if rc != 0 {
-            return Err(errors::ret("ibv_query_device", &device, None, rc));
-        }
-        let most = cfg.send_depth.max(cfg.recv_depth) as usize;
-        device::check_limit(
-            "the UD queues",
-            most,
-            dattr.max_qp_wr,
-            &device,
-            "the link's depths",
-        )?;
-
-        // SAFETY: every object below is created on the id's live context and
-        // stored in the link, whose field order drops each before what it
-        // depends on, and the id after all of them.
-        let pd = unsafe { Pd::alloc(lib.verbs, ctx, &device) }?;
-        // SAFETY: as above.
-        let send_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.send_depth as usize, &device) }?;
-        // SAFETY: as above.
-        let recv_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.recv_depth as usize, &device) }?;
-        // The NIC only reads the send pool; the receive pool takes local
-        // writes; nothing is remotely accessible.
-        // SAFETY: as above.
-        let send_mem = unsafe {
-            Region::new(
-                lib.verbs,
-                &pd,
-                cfg.send_depth as usize * send_slot,
-                0,
-                "the UD send pool",
-                &device,
-            )
-        }?;
-        // SAFETY: as above.
-        let recv_mem = unsafe {
-            Region::new(
-                lib.verbs,
-                &pd,
-                cfg.recv_depth as usize * recv_slot,
-                IBV_ACCESS_LOCAL_WRITE,
-                "the UD receive pool",
-                &device,
-            )
-        }?;
-        let mut inline = if vcfg.inline { vcfg.max_inline } else { 0 };
-        let (mut qp, caps) = loop {
-            let want = Caps {
-                send_wr: cfg.send_depth,
-                recv_wr: cfg.recv_depth,
-                inline,
-            };
-            // SAFETY: as above; PD and queues are on the id's device.
-            match unsafe {
-                CmQp::create(
-                    lib.cm, &id, &pd, &send_cq, &recv_cq, IBV_QPT_UD, want, &device,
-                )
-            } {
-                Ok(x) => break x,
-                Err(e) if inline > 0 => {
-                    log::info!("{channel}: {e}; retrying with {} bytes inline", inline / 2);
-                    inline /= 2;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let qpn = qp.num();
-        let mut ring = RecvRing::new(&recv_mem, cfg.recv_depth, recv_slot);
-        // SAFETY: at start-up no buffer is posted or handed out.
-        if let Err(e) = unsafe { ring.post(&mut qp, cfg.recv_depth) } {
-            return Err(errors::os(
-                "ibv_post_recv of the UD receive ring",
-                &device,
-                Some(qpn),
-                e,
-            ));
-        }
-
-        id.join_multicast(group, &device)?;
-        let ud: UdParam = loop {
-            match events.next_until(deadline)? {
-                Some(ev) if ev.kind == RDMA_CM_EVENT_MULTICAST_JOIN => match ev.ud {
-                    Some(ud) => break ud,
-                    None => continue,
-                },
-                Some(ev) if ev.kind == RDMA_CM_EVENT_ADDR_RESOLVED => continue,
-                Some(ev) => {
-                    return Err(errors::other(
-                        format!("rdma_join_multicast {}", cfg.group),
-                        &device,
-                        Some(qpn),
-                        format!("rdma_cm {} (status {})", ev.name(), ev.status),
-                    ))
-                }
-                None => return Err(timeout("joining the multicast group")),
-            }
-        };
-        if ud.qp_num != MULTICAST_QPN {
-            log::warn!(
-                "{channel}: the join gave remote QPN {:#x}, not the multicast QPN",
-                ud.qp_num
-            );
-        }
+        let steps = ud_join::Steps::new(channel, cfg);
+        let (events, id) = steps.resolve(&lib)?;
+        let shape = steps.shape(&lib, &id, vcfg)?;
+        let parts = steps.create(&lib, &id, &shape, vcfg)?;
+        let ud = steps.join(&events, &id, &shape.device, parts.qpn)?;
         let mut ah_attr: ibv_ah_attr = ud.ah_attr;
         // SAFETY: the PD outlives the handle (field order).
-        let group_ah = unsafe { Ah::new(lib.verbs, &pd, &mut ah_attr, &device) }?;
+        let group_ah = unsafe { Ah::new(lib.verbs, &parts.pd, &mut ah_attr, &shape.device) }?;
         let sgid_index = ah_attr.grh.sgid_index;
         let port = if ah_attr.port_num != 0 {
             ah_attr.port_num
         } else {
-            port
+            shape.port
         };
-        // SAFETY: the context is live.
-        let entry = unsafe { device::query_gid_entry(lib.verbs, ctx, port, sgid_index.into()) };
-        let (grh, gid) = match entry {
-            Ok(e) => {
-                // SAFETY: every bit pattern of the GID union is a valid
-                // byte array.
-                let raw = unsafe { e.gid.raw };
-                let v4 = std::net::Ipv6Addr::from(raw).to_ipv4_mapped().is_some();
-                let kind = if e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4 {
-                    GrhKind::Ipv4
-                } else {
-                    GrhKind::Ipv6
-                };
-                (kind, raw)
-            }
-            Err(e) => {
-                // Older libibverbs: no GID types. An IPv4 interface means
-                // RoCE v2 over IPv4 in practice.
-                log::debug!("{channel}: ibv_query_gid_ex: {}", errors::describe_errno(e));
-                let kind = if cfg.interface.is_some() {
-                    GrhKind::Ipv4
-                } else {
-                    GrhKind::Ipv6
-                };
-                let mut raw = [0u8; 16];
-                if let Some(ip) = cfg.interface {
-                    raw = ip.to_ipv6_mapped().octets();
-                }
-                (kind, raw)
-            }
-        };
+        let (grh, gid) = steps.local_gid(&lib, &id, port, sgid_index);
         // Some devices grant inline room even when asked for none.
-        let inline_max = if vcfg.inline { caps.inline as usize } else { 0 };
+        let inline_max = if vcfg.inline {
+            parts.caps.inline as usize
+        } else {
+            0
+        };
+        let (device, qpn, max_datagram) = (shape.device, parts.qpn, shape.max_datagram);
         log::info!(
-            "{channel}: joined {} on {device} port {port} (QP {qpn:#x}, qkey {:#x}); datagrams up to {max_datagram} bytes (MTU {mtu}), {} bytes inline",
+            "{channel}: joined {} on {device} port {port} (QP {qpn:#x}, qkey {:#x}); datagrams up to {max_datagram} bytes (MTU {}), {} bytes inline",
             cfg.group,
             ud.qkey,
+            shape.mtu,
             inline_max
         );
         // SAFETY: rdma_cm keeps the id's context open while the id lives;
@@ -441,18 +284,20 @@ impl UdLink {
                 id.context(),
                 id.port(),
                 qpn,
-                [send_cq.as_raw() as usize, recv_cq.as_raw() as usize],
+                [
+                    parts.send_cq.as_raw() as usize,
+                    parts.recv_cq.as_raw() as usize,
+                ],
             )
         };
-        let send_depth = u64::from(cfg.send_depth);
         Ok(UdLink {
             sq: SendQueue::new(cfg.send_depth, vcfg.signal_every),
             inline_max,
             max_datagram,
-            send_base: send_mem.ptr(),
-            send_slot,
-            send_depth,
-            send_lkey: send_mem.lkey(),
+            send_base: parts.send_mem.ptr(),
+            send_slot: shape.send_slot,
+            send_depth: u64::from(cfg.send_depth),
+            send_lkey: parts.send_mem.lkey(),
             unposted: 0,
             batch: repost_batch(vcfg.recv_batch, cfg.recv_depth),
             qkey: ud.qkey,
@@ -471,15 +316,15 @@ impl UdLink {
             idle_polls: 0,
             fault: None,
             watch,
-            qp,
+            qp: parts.qp,
             ahs: AhCache::new(cfg.peer_cache),
             group_ah,
-            ring,
-            send_cq,
-            recv_cq,
-            _send_mem: send_mem,
-            _recv_mem: recv_mem,
-            pd,
+            ring: parts.ring,
+            send_cq: parts.send_cq,
+            recv_cq: parts.recv_cq,
+            _send_mem: parts.send_mem,
+            _recv_mem: parts.recv_mem,
+            pd: parts.pd,
             id,
             _events: events,
         })
