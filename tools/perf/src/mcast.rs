@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, StreamConfig};
 use mdbus::metrics::Latency;
-use mdbus::{Bus, Event, TransportKind};
+use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{per_sec, Percentiles, Span};
+use mdbus_tool_support::percentiles::{per_sec, Percentiles};
 
-use crate::common::{watchdog, Common, Failure};
+use crate::common::{cores_line, drain_stream, Common, Drained, Failure};
 use crate::flow::{due_ns, pace, serve};
 use crate::netns::{LossBy, Topology};
 use crate::peer::{self, wait_for_go, DoneSignal, Peer};
@@ -337,46 +337,21 @@ fn subscribe(
     }
     let count = args.count;
     let mut latency = Latency::new(LATENCY_MAX_NS);
-    let mut reached = false;
-    let mut end = None;
-    let mut trouble = None;
-    let mut span = Span::default();
-    {
-        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
-        while end.is_none() && !reached {
-            let n = subscriber.poll(|e| match e {
-                Event::Message(m) => {
-                    if let Some(sent) = m.timestamp() {
-                        latency.record(mdbus::clock::now_ns().saturating_sub(sent));
-                    }
-                    reached |= m.seq() >= count;
-                }
-                Event::Gap { to, .. } | Event::Overrun { to, .. } => reached |= to > count,
-                Event::EndOfStream { last_seq } => end = Some(last_seq),
-                Event::PublisherDown { last_seq } => {
-                    trouble = Some(format!(
-                        "the publisher went silent after message {last_seq} (heartbeat timeout)"
-                    ))
-                }
-                Event::PublisherRestarted { epoch } => {
-                    trouble = Some(format!("the publisher restarted (epoch {epoch})"))
-                }
-                // This tool publishes no source-gap notices.
-                Event::SourceGap { from, to } => {
-                    trouble = Some(format!("unexpected source gap {from}..{to}"))
-                }
-            })?;
-            if let Some(what) = trouble.take() {
-                return Err(Failure::Run(format!("stream `{name}`: {what}")));
+    let Drained { end, ns } = drain_stream(
+        &mut subscriber,
+        peer.as_deref_mut(),
+        &args.common,
+        name,
+        Some(count),
+        |last_seq| {
+            format!("the publisher went silent after message {last_seq} (heartbeat timeout)")
+        },
+        |m| {
+            if let Some(sent) = m.timestamp() {
+                latency.record(mdbus::clock::now_ns().saturating_sub(sent));
             }
-            if n > 0 {
-                span.mark();
-                dog.progress();
-            } else if end.is_none() && !reached {
-                dog.idle()?;
-            }
-        }
-    }
+        },
+    )?;
     if let Some(peer) = peer {
         peer.done()?;
     }
@@ -384,7 +359,6 @@ fn subscribe(
     let counters = subscriber.recovery_counters().unwrap_or_default();
     log::info!("subscriber's recovery counters: {counters:?}");
     let recovered = counters.recovered;
-    let ns = span.ns();
     let loss = match network {
         Some((t, pct, by)) => Some(LossReport {
             pct,
@@ -419,10 +393,7 @@ fn print(
         print_json(report);
         return;
     }
-    let cores = match peer_core {
-        Some(peer) => format!("subscriber on core {core}, publisher on core {peer}"),
-        None => format!("subscriber on core {core}"),
-    };
+    let cores = cores_line(("subscriber", core), ("publisher", peer_core));
     println!(
         "mdbus-perf mcast: transport {}, stream `{name}`, {}, {}-byte messages, {cores}",
         report.transport,

@@ -26,13 +26,13 @@
 use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
-use mdbus::{Bus, Event, TransportKind};
+use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
-use crate::common::{interrupted, watchdog, Common, Failure};
+use crate::common::{cores_line, drain_stream, interrupted, watchdog, Common, Drained, Failure};
 pub use crate::flow::Role;
 use crate::flow::{counter, due_ns, pace, serve};
 use crate::peer::{self, wait_for_go, DoneSignal, Peer};
@@ -407,43 +407,17 @@ fn subscribe(
     // memory, at the end of the stream.
     let datagram = args.datagram();
     let count = args.count();
-    let mut reached = false;
-    let mut end = None;
-    let mut trouble = None;
-    let mut span = Span::default();
-    {
-        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
-        while end.is_none() && !reached {
-            let n = subscriber.poll(|e| match e {
-                Event::Message(m) => reached |= datagram && m.seq() >= count,
-                Event::Gap { to, .. } | Event::Overrun { to, .. } => {
-                    reached |= datagram && to > count
-                }
-                Event::EndOfStream { last_seq } => end = Some(last_seq),
-                Event::PublisherDown { last_seq } => {
-                    trouble = Some(format!(
-                    "the publisher went down after message {last_seq} without closing the stream"
-                ))
-                }
-                Event::PublisherRestarted { epoch } => {
-                    trouble = Some(format!("the publisher restarted (epoch {epoch})"))
-                }
-                // This tool publishes no source-gap notices.
-                Event::SourceGap { from, to } => {
-                    trouble = Some(format!("unexpected source gap {from}..{to}"))
-                }
-            })?;
-            if let Some(what) = trouble.take() {
-                return Err(Failure::Run(format!("stream `{name}`: {what}")));
-            }
-            if n > 0 {
-                span.mark();
-                dog.progress();
-            } else if end.is_none() && !reached {
-                dog.idle()?;
-            }
-        }
-    }
+    let Drained { end, ns } = drain_stream(
+        &mut subscriber,
+        peer.as_deref_mut(),
+        &args.common,
+        name,
+        datagram.then_some(count),
+        |last_seq| {
+            format!("the publisher went down after message {last_seq} without closing the stream")
+        },
+        |_| {},
+    )?;
     if let Some(peer) = peer {
         if datagram {
             peer.done()?;
@@ -459,7 +433,7 @@ fn subscribe(
         None => 0,
     };
     let (received, lost) = (stats.received, stats.overrun_messages + stats.gap_messages);
-    let rate = per_sec(received, span.ns());
+    let rate = per_sec(received, ns);
     Ok(Report {
         transport: args.common.transport.name(),
         channel: Channel::Stream,
@@ -556,10 +530,7 @@ fn print(
         Channel::Stream => ("subscriber", "publisher"),
         Channel::Session => ("receiver", "sender"),
     };
-    let cores = match peer_core {
-        Some(peer) => format!("{recv} on core {core}, {send} on core {peer}"),
-        None => format!("{recv} on core {core}"),
-    };
+    let cores = cores_line((recv, core), (send, peer_core));
     let channel = match (report.channel, args.common.transport) {
         (Channel::Stream, TransportKind::Udp) => format!(
             "stream `{name}`, {}",

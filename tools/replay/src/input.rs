@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use mdbus_feed::arbiter::{ArbiterConfig, ArbiterSink, CaptureSequencer, Line};
 use mdbus_feed::binaryfile::{BinaryFileError, BinaryFileReader};
+use mdbus_feed::bytes::describe_bytes;
 use mdbus_feed::itch::{self, DecodeError};
 use mdbus_feed::mdcap::{MdcapError, MdcapReader};
 use mdbus_feed::moldudp64::Request;
@@ -652,20 +653,4 @@ fn itch_timestamp(m: &[u8]) -> Result<u64, DecodeError> {
     let mut ts = [0u8; 8];
     ts[2..].copy_from_slice(&m[5..itch::HEADER_LEN]);
     Ok(u64::from_be_bytes(ts))
-}
-
-/// `bytes 68 65 6c 6c 6f ("hello")`.
-pub fn describe_bytes(bytes: &[u8]) -> String {
-    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let text: String = bytes
-        .iter()
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b)
-            } else {
-                '.'
-            }
-        })
-        .collect();
-    format!("bytes {} (\"{text}\")", hex.join(" "))
 }
