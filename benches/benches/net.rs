@@ -45,9 +45,9 @@ use hdrhistogram::Histogram;
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, emit_json, env_u64, free_port,
-    latency_histogram, nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer,
-    PeerExt, Percentiles, Result, Settings,
+    bench_err, child_init, clock_cost, emit_json, env_u64, free_port, latency_histogram, main_of,
+    nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
+    Percentiles, Result, Settings,
 };
 use mdbus_tool_support::percentiles::Span;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -155,14 +155,7 @@ impl Who {
 }
 
 fn main() {
-    let result = match child_role() {
-        Some(role) => child(&role),
-        None => parent(),
-    };
-    if let Err(e) = result {
-        eprintln!("net: {e}");
-        std::process::exit(1);
-    }
+    main_of("net", child, parent);
 }
 
 fn list_env<T: Copy>(var: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<Vec<T>> {
@@ -857,25 +850,9 @@ impl Mmsg {
         for h in self.hdrs.iter_mut() {
             h.msg_len = 0;
         }
-        // SAFETY: every header points at an iovec and buffer owned by
-        // `self`, valid for the call; MSG_DONTWAIT makes it non-blocking.
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                MMSG_BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        Ok(r as usize)
+        // SAFETY: every header (MMSG_BATCH of them) points at an iovec and
+        // buffer owned by `self`, valid for the call.
+        unsafe { mdbus::sys::net::recv_batch(fd, &mut self.hdrs) }
     }
 
     /// The `i`th datagram received.

@@ -198,6 +198,24 @@ pub fn child_role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
+/// The `main` of a two-process benchmark: runs `child` with the role in a
+/// child process, `parent` otherwise; on failure says why on stderr as
+/// `name: why` and exits 1.
+pub fn main_of(
+    name: &str,
+    child: impl FnOnce(&str) -> Result<()>,
+    parent: impl FnOnce() -> Result<()>,
+) {
+    let result = match child_role() {
+        Some(role) => child(&role),
+        None => parent(),
+    };
+    if let Err(e) = result {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Sets up a child process: dies with the parent, pins itself to the core
 /// the parent chose, and returns that core.
 pub fn child_init() -> Result<usize> {

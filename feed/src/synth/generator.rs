@@ -442,6 +442,19 @@ impl Generator {
         (1..=self.symbol_count()).find(|&l| !self.is_halted(l))
     }
 
+    /// The side, size and price of a new order or trade in `locate`, near
+    /// its mid (drawn in this order: the output is deterministic per seed).
+    fn pick_order(&mut self, locate: u16) -> (u8, u32, u32) {
+        let side = if self.rng.chance(0.5) {
+            side::BUY
+        } else {
+            side::SELL
+        };
+        let shares = self.pick_shares();
+        let price = self.price_near(self.mid(locate), side);
+        (side, shares, price)
+    }
+
     fn pick_shares(&mut self) -> u32 {
         if self.rng.chance(0.1) {
             // Odd lot.
@@ -609,13 +622,7 @@ impl Generator {
         let Some(locate) = self.pick_trading_locate() else {
             return self.delete_or_system_event();
         };
-        let side = if self.rng.chance(0.5) {
-            side::BUY
-        } else {
-            side::SELL
-        };
-        let shares = self.pick_shares();
-        let price = self.price_near(self.mid(locate), side);
+        let (side, shares, price) = self.pick_order(locate);
         let reference = self.next_reference;
         self.next_reference += 1;
         self.orders.push(LiveOrder {
@@ -774,13 +781,7 @@ impl Generator {
         let Some(locate) = self.pick_trading_locate() else {
             return self.delete_or_system_event();
         };
-        let side = if self.rng.chance(0.5) {
-            side::BUY
-        } else {
-            side::SELL
-        };
-        let shares = self.pick_shares();
-        let price = self.price_near(self.mid(locate), side);
+        let (side, shares, price) = self.pick_order(locate);
         let match_number = self.next_match_number();
         let header = self.header(locate);
         self.drift(locate);

@@ -396,3 +396,11 @@ pub fn cores_line(this: (&str, usize), peer: (&str, Option<usize>)) -> String {
         (_, None) => format!("{} on core {}", this.0, this.1),
     }
 }
+
+/// The exit status of a run that sent `sent` messages and lost `lost` of
+/// them (for the reasons `why` names): [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
+/// when any were lost and loss is not allowed; says what on stderr.
+pub fn loss_exit_code(lost: u64, sent: u64, why: &str, allow_loss: bool) -> u8 {
+    let lost = (lost > 0).then(|| format!("{lost} of {sent} messages lost ({why})"));
+    mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
+}

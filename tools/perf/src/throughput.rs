@@ -258,13 +258,12 @@ impl Report {
     /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
     /// when messages were lost and loss is not allowed; says what on stderr.
     fn exit_code(&self, allow_loss: bool) -> u8 {
-        let lost = (self.lost > 0).then(|| {
-            format!(
-                "{} of {} messages lost (overruns, unrecoverable gaps)",
-                self.lost, self.sent
-            )
-        });
-        mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
+        crate::common::loss_exit_code(
+            self.lost,
+            self.sent,
+            "overruns, unrecoverable gaps",
+            allow_loss,
+        )
     }
 }
 
