@@ -455,6 +455,15 @@ impl Generator {
         (side, shares, price)
     }
 
+    /// `Y` with probability `p`, `N` otherwise.
+    fn yes_with(&mut self, p: f64) -> u8 {
+        if self.rng.chance(p) {
+            yes_no::YES
+        } else {
+            yes_no::NO
+        }
+    }
+
     fn pick_shares(&mut self) -> u32 {
         if self.rng.chance(0.1) {
             // Odd lot.
@@ -729,11 +738,7 @@ impl Generator {
             } else {
                 o.price.saturating_sub(TICK).max(TICK)
             };
-            let printable = if self.rng.chance(0.8) {
-                yes_no::YES
-            } else {
-                yes_no::NO
-            };
+            let printable = self.yes_with(0.8);
             self.emit(OrderExecutedWithPrice {
                 header,
                 order_reference_number: o.reference,
@@ -816,11 +821,7 @@ impl Generator {
             }
             b'L' => {
                 let mpid = Alpha(MPIDS[self.rng.below(MPIDS.len() as u64) as usize]);
-                let primary = if self.rng.chance(0.2) {
-                    yes_no::YES
-                } else {
-                    yes_no::NO
-                };
+                let primary = self.yes_with(0.2);
                 let mode = b"NPSRL"[self.rng.below(5) as usize];
                 let state = b"AEWSD"[self.rng.below(5) as usize];
                 self.emit(MarketParticipantPosition {
@@ -871,11 +872,7 @@ impl Generator {
                 })
             }
             b'O' => {
-                let eligible = if self.rng.chance(0.5) {
-                    yes_no::YES
-                } else {
-                    yes_no::NO
-                };
+                let eligible = self.yes_with(0.5);
                 self.emit(DirectListingCapitalRaise {
                     header,
                     stock,

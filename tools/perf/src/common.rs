@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use mdbus::affinity::{self, Device, Placement};
 use mdbus::wait::WaitStrategy;
-use mdbus::{Event, TransportKind};
-use mdbus_tool_support::percentiles::Span;
+use mdbus::TransportKind;
 use mdbus_tool_support::process::{Peer, PeerError};
 use mdbus_tool_support::signals;
 use mdbus_tool_support::watchdog::{Watchdog, WatchdogError};
@@ -330,64 +329,6 @@ pub fn interrupted() -> Result<(), Failure> {
     }
 }
 
-/// How a subscriber's run ended: [`drain_stream`]'s answer.
-pub struct Drained {
-    /// The last sequence number the publisher's end of stream named.
-    pub end: Option<u64>,
-    /// Nanoseconds from the first message received to the last.
-    pub ns: u64,
-}
-
-/// Polls `subscriber` under a [`watchdog`] until the stream ends or, with
-/// `stop_at`, until message `stop_at` was delivered or reported lost;
-/// calls `on_message` for each message. A publisher that went down
-/// (described by `down`, given its last sequence number) or restarted, or
-/// a source gap (these tools publish none), fails the run.
-pub fn drain_stream(
-    subscriber: &mut mdbus::Subscriber,
-    peer: Option<&mut Peer>,
-    common: &Common,
-    name: &str,
-    stop_at: Option<u64>,
-    down: fn(u64) -> String,
-    mut on_message: impl FnMut(&mdbus::Message<'_>),
-) -> Result<Drained, Failure> {
-    let mut reached = false;
-    let mut end = None;
-    let mut trouble = None;
-    let mut span = Span::default();
-    let mut dog = watchdog(peer, common, "waiting for messages");
-    while end.is_none() && !reached {
-        let n = subscriber.poll(|e| match e {
-            Event::Message(m) => {
-                on_message(&m);
-                reached |= stop_at.is_some_and(|count| m.seq() >= count);
-            }
-            Event::Gap { to, .. } | Event::Overrun { to, .. } => {
-                reached |= stop_at.is_some_and(|count| to > count)
-            }
-            Event::EndOfStream { last_seq } => end = Some(last_seq),
-            Event::PublisherDown { last_seq } => trouble = Some(down(last_seq)),
-            Event::PublisherRestarted { epoch } => {
-                trouble = Some(format!("the publisher restarted (epoch {epoch})"))
-            }
-            Event::SourceGap { from, to } => {
-                trouble = Some(format!("unexpected source gap {from}..{to}"))
-            }
-        })?;
-        if let Some(what) = trouble.take() {
-            return Err(Failure::Run(format!("stream `{name}`: {what}")));
-        }
-        if n > 0 {
-            span.mark();
-            dog.progress();
-        } else if end.is_none() && !reached {
-            dog.idle()?;
-        }
-    }
-    Ok(Drained { end, ns: span.ns() })
-}
-
 /// Where the two sides ran, for the human-readable report: `this` side on
 /// its core, and the `peer` side on its own when this process started it.
 pub fn cores_line(this: (&str, usize), peer: (&str, Option<usize>)) -> String {
@@ -397,10 +338,14 @@ pub fn cores_line(this: (&str, usize), peer: (&str, Option<usize>)) -> String {
     }
 }
 
-/// The exit status of a run that sent `sent` messages and lost `lost` of
-/// them (for the reasons `why` names): [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
-/// when any were lost and loss is not allowed; says what on stderr.
-pub fn loss_exit_code(lost: u64, sent: u64, why: &str, allow_loss: bool) -> u8 {
-    let lost = (lost > 0).then(|| format!("{lost} of {sent} messages lost ({why})"));
-    mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
+/// Prints percentiles `p` as a header line and one row named `label`.
+pub fn print_percentiles(label: &str, p: &mdbus_tool_support::percentiles::Percentiles) {
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "", "p50", "p90", "p99", "p99.9", "max"
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        label, p.p50, p.p90, p.p99, p.p999, p.max
+    );
 }

@@ -30,8 +30,8 @@ use serde::Serialize;
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{per_sec, Percentiles};
 
-use crate::common::{cores_line, drain_stream, Common, Drained, Failure};
-use crate::flow::{due_ns, pace, serve};
+use crate::common::{cores_line, Common, Failure};
+use crate::flow::{drain_stream, due_ns, pace, serve, Drained};
 use crate::netns::{LossBy, Topology};
 use crate::peer::{self, wait_for_go, DoneSignal, Peer};
 use crate::side;
@@ -241,7 +241,7 @@ impl Report {
     /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
     /// when messages were lost and loss is not allowed; says what on stderr.
     fn exit_code(&self, allow_loss: bool) -> u8 {
-        crate::common::loss_exit_code(
+        crate::flow::loss_exit_code(
             self.lost,
             self.sent,
             "unrecoverable gaps, overruns",
@@ -425,16 +425,8 @@ fn print(
         "{:>12} {:>12} {:>12} {:>12} {:>14.0}",
         report.sent, report.received, report.lost, report.recovered, report.msgs_per_sec
     );
-    let p = report.latency_ns;
     println!();
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "one-way ns", p.p50, p.p90, p.p99, p.p999, p.max
-    );
+    crate::common::print_percentiles("one-way ns", &report.latency_ns);
 }
 
 #[cfg(test)]

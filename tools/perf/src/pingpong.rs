@@ -504,16 +504,8 @@ fn print(
     if args.common.transport == TransportKind::Verbs {
         println!("{}", crate::verbs::describe(&bus.config().verbs));
     }
-    let p = report.rtt_ns;
     println!();
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "round trip ns", p.p50, p.p90, p.p99, p.p999, p.max
-    );
+    crate::common::print_percentiles("round trip ns", &report.rtt_ns);
 }
 
 #[cfg(test)]

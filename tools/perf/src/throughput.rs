@@ -32,9 +32,9 @@ use serde::Serialize;
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
-use crate::common::{cores_line, drain_stream, interrupted, watchdog, Common, Drained, Failure};
+use crate::common::{cores_line, interrupted, watchdog, Common, Failure};
 pub use crate::flow::Role;
-use crate::flow::{counter, due_ns, pace, serve};
+use crate::flow::{counter, drain_stream, due_ns, pace, serve, Drained};
 use crate::peer::{self, wait_for_go, DoneSignal, Peer};
 use crate::side;
 
@@ -258,7 +258,7 @@ impl Report {
     /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
     /// when messages were lost and loss is not allowed; says what on stderr.
     fn exit_code(&self, allow_loss: bool) -> u8 {
-        crate::common::loss_exit_code(
+        crate::flow::loss_exit_code(
             self.lost,
             self.sent,
             "overruns, unrecoverable gaps",
