@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mdbus::Event;
 use mdbus_tool_support::percentiles::{nanos, Span};
-use mdbus_tool_support::process::DoneSignal;
+use mdbus_tool_support::process::{wait_for_go, DoneSignal};
 
 use crate::common::{interrupted, watchdog, Common, Failure};
 use crate::peer::Peer;
@@ -80,6 +80,29 @@ pub fn serve(
         }
         interrupted()?;
         wait.wait();
+    }
+}
+
+impl Role {
+    /// The name `--role` takes, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Pub => "pub",
+            Role::Sub => "sub",
+        }
+    }
+}
+
+/// The publisher's start: when spawned, waits for the parent's go (it
+/// subscribes first, so nothing is published unseen) and listens for its
+/// done signal; run by hand, says so on stderr.
+pub fn start_publishing(common: &Common, name: &str) -> Result<Option<DoneSignal>, Failure> {
+    if common.spawned {
+        wait_for_go()?;
+        Ok(Some(DoneSignal::listen()))
+    } else {
+        eprintln!("mdbus-perf (pub): publishing on `{name}`");
+        Ok(None)
     }
 }
 

@@ -31,9 +31,9 @@ use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{per_sec, Percentiles};
 
 use crate::common::{cores_line, Common, Failure};
-use crate::flow::{drain_stream, due_ns, pace, serve, Drained};
+use crate::flow::{drain_stream, due_ns, pace, serve, start_publishing, Drained};
 use crate::netns::{LossBy, Topology};
-use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::peer::{self, Peer};
 use crate::side;
 
 /// Messages between two calls of the publisher's `service` when it
@@ -119,10 +119,7 @@ pub use crate::flow::Role;
 impl Args {
     /// The side this process plays when --role names one.
     pub fn role_name(&self) -> Option<&'static str> {
-        self.role.map(|r| match r {
-            Role::Pub => "pub",
-            Role::Sub => "sub",
-        })
+        self.role.map(Role::name)
     }
 }
 
@@ -283,14 +280,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
 /// retransmit requests until the subscriber is done.
 fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     let mut publisher = bus.publisher(name)?;
-    let done = if args.common.spawned {
-        // The parent subscribes first, so nothing is published unseen.
-        wait_for_go()?;
-        Some(DoneSignal::listen())
-    } else {
-        eprintln!("mdbus-perf (pub): publishing on `{name}`");
-        None
-    };
+    let done = start_publishing(&args.common, name)?;
     let size = args.size as usize;
     let t0 = Instant::now();
     for i in 1..=args.count {

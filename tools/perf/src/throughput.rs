@@ -34,8 +34,8 @@ use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
 use crate::common::{cores_line, interrupted, watchdog, Common, Failure};
 pub use crate::flow::Role;
-use crate::flow::{counter, drain_stream, due_ns, pace, serve, Drained};
-use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::flow::{counter, drain_stream, due_ns, pace, serve, start_publishing, Drained};
+use crate::peer::{self, wait_for_go, Peer};
 use crate::side;
 
 /// Messages between two calls of a UDP publisher's `service` while it
@@ -111,10 +111,7 @@ pub struct Args {
 impl Args {
     /// The side this process plays when --role names one.
     pub fn role_name(&self) -> Option<&'static str> {
-        self.role.map(|r| match r {
-            Role::Pub => "pub",
-            Role::Sub => "sub",
-        })
+        self.role.map(Role::name)
     }
 
     fn capacity(&self) -> usize {
@@ -310,14 +307,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
 fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
     let mut publisher = bus.publisher(name)?;
     let datagram = args.datagram();
-    let done = if args.common.spawned {
-        // The parent subscribes first, so nothing is published unseen.
-        wait_for_go()?;
-        Some(DoneSignal::listen())
-    } else {
-        eprintln!("mdbus-perf (pub): publishing on `{name}`");
-        None
-    };
+    let done = start_publishing(&args.common, name)?;
     let count = args.count();
     let mut payload = vec![0x5au8; args.size as usize];
     let t0 = Instant::now();
