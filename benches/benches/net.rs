@@ -46,7 +46,7 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
     bench_err, child_init, clock_cost, emit_json, env_u64, free_port, latency_histogram, main_of,
-    nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
+    nanos, note_smoke, print_rtt_table, rtt_json, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
     Percentiles, Result, Settings,
 };
 use mdbus_tool_support::percentiles::Span;
@@ -756,19 +756,15 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     println!();
     let mut lines = Vec::new();
     for m in rtts {
-        let mut obj = serde_json::json!({
-            "bench": "net",
-            "case": if matches!(m.who, Who::RawUdp | Who::MdbusUdp) { "udp" } else { "tcp" },
-            "peer": m.who.name(),
-            "payload": m.size,
-            "iters": m.count,
-            "warmup": settings.warmup,
-            "ping_core": settings.cores.0,
-            "pong_core": settings.cores.1,
-            "wait": settings.wait.as_str(),
-            "clock_ns": clock.p50,
-            "rtt_ns": m.rtt.to_json(),
-        });
+        let mut obj = rtt_json("net", settings, clock.p50, m.count, m.rtt);
+        obj["case"] = (if matches!(m.who, Who::RawUdp | Who::MdbusUdp) {
+            "udp"
+        } else {
+            "tcp"
+        })
+        .into();
+        obj["peer"] = m.who.name().into();
+        obj["payload"] = m.size.into();
         if let Some((raw, b)) = base(m.who, m.size) {
             let p50 = ratio(m.rtt.p50 as f64, b.p50 as f64);
             let p999 = ratio(m.rtt.p999 as f64, b.p999 as f64);

@@ -38,8 +38,8 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
     bench_err, child_init, clock_cost, emit_json, latency_histogram, main_of, nanos, note_smoke,
-    print_rtt_table, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings,
-    SharedRegion, SharedSafe,
+    print_rtt_table, rtt_json, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result,
+    Settings, SharedRegion, SharedSafe,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -182,18 +182,9 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
 
     let mut lines = Vec::new();
     for m in results {
-        let mut obj = serde_json::json!({
-            "bench": "pingpong",
-            "peer": m.transport.name(),
-            "payload": m.transport.payload(),
-            "iters": m.count,
-            "warmup": settings.warmup,
-            "ping_core": settings.cores.0,
-            "pong_core": settings.cores.1,
-            "wait": settings.wait.as_str(),
-            "clock_ns": clock.p50,
-            "rtt_ns": m.rtt.to_json(),
-        });
+        let mut obj = rtt_json("pingpong", settings, clock.p50, m.count, m.rtt);
+        obj["peer"] = m.transport.name().into();
+        obj["payload"] = m.transport.payload().into();
         for (_, base, p50, p999) in ratios.iter().filter(|r| r.0 == m.transport) {
             obj[format!("vs_{}", base.name())] = serde_json::json!({ "p50": p50, "p999": p999 });
         }

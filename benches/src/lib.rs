@@ -446,6 +446,28 @@ pub fn print_rtt_table<'a>(rows: impl IntoIterator<Item = (&'a str, usize, Perce
     }
 }
 
+/// The JSON line of one round-trip result of `bench`: its `iters` samples'
+/// percentiles `rtt`, with the run's settings and the clock's cost
+/// `clock_ns`; the caller adds what names the peer and payload.
+pub fn rtt_json(
+    bench: &str,
+    settings: &Settings,
+    clock_ns: u64,
+    iters: u64,
+    rtt: Percentiles,
+) -> serde_json::Value {
+    serde_json::json!({
+        "bench": bench,
+        "iters": iters,
+        "warmup": settings.warmup,
+        "ping_core": settings.cores.0,
+        "pong_core": settings.cores.1,
+        "wait": settings.wait.as_str(),
+        "clock_ns": clock_ns,
+        "rtt_ns": rtt.to_json(),
+    })
+}
+
 /// The cost of one `Instant::now()`, measured as the gap between two
 /// consecutive calls: every timed iteration includes it once.
 pub fn clock_cost() -> Percentiles {
