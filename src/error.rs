@@ -223,6 +223,26 @@ impl Error {
             source,
         }
     }
+
+    /// `Ok` when a `len`-byte message fits `channel` (as "session `orders`"),
+    /// whose largest is `max`; [`Error::MessageTooLarge`] otherwise. Checked
+    /// in release builds too: the transports' slots hold `max` bytes.
+    #[inline]
+    pub(crate) fn check_fits(len: usize, max: usize, channel: &str) -> Result<()> {
+        if len > max {
+            return Err(Self::too_large(len, max, channel));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn too_large(len: usize, max: usize, channel: &str) -> Self {
+        Error::MessageTooLarge {
+            len,
+            max,
+            channel: channel.to_owned(),
+        }
+    }
 }
 
 /// What is wrong with a shared-memory segment.

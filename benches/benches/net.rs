@@ -45,9 +45,9 @@ use hdrhistogram::Histogram;
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Event, TransportKind};
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, emit_json, env_u64, free_port,
-    latency_histogram, nanos, note_smoke, print_rtt_table, wait_for_go, watchdog, DoneSignal, Peer,
-    PeerExt, Percentiles, Result, Settings,
+    bench_err, child_init, clock_cost, emit_json, env_u64, free_port, latency_histogram, main_of,
+    nanos, note_smoke, print_rtt_table, rtt_json, wait_for_go, watchdog, DoneSignal, Peer, PeerExt,
+    Percentiles, Result, Settings,
 };
 use mdbus_tool_support::percentiles::Span;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -155,14 +155,7 @@ impl Who {
 }
 
 fn main() {
-    let result = match child_role() {
-        Some(role) => child(&role),
-        None => parent(),
-    };
-    if let Err(e) = result {
-        eprintln!("net: {e}");
-        std::process::exit(1);
-    }
+    main_of("net", child, parent);
 }
 
 fn list_env<T: Copy>(var: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<Vec<T>> {
@@ -763,19 +756,15 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     println!();
     let mut lines = Vec::new();
     for m in rtts {
-        let mut obj = serde_json::json!({
-            "bench": "net",
-            "case": if matches!(m.who, Who::RawUdp | Who::MdbusUdp) { "udp" } else { "tcp" },
-            "peer": m.who.name(),
-            "payload": m.size,
-            "iters": m.count,
-            "warmup": settings.warmup,
-            "ping_core": settings.cores.0,
-            "pong_core": settings.cores.1,
-            "wait": settings.wait.as_str(),
-            "clock_ns": clock.p50,
-            "rtt_ns": m.rtt.to_json(),
-        });
+        let mut obj = rtt_json("net", settings, clock.p50, m.count, m.rtt);
+        obj["case"] = (if matches!(m.who, Who::RawUdp | Who::MdbusUdp) {
+            "udp"
+        } else {
+            "tcp"
+        })
+        .into();
+        obj["peer"] = m.who.name().into();
+        obj["payload"] = m.size.into();
         if let Some((raw, b)) = base(m.who, m.size) {
             let p50 = ratio(m.rtt.p50 as f64, b.p50 as f64);
             let p999 = ratio(m.rtt.p999 as f64, b.p999 as f64);
@@ -857,25 +846,9 @@ impl Mmsg {
         for h in self.hdrs.iter_mut() {
             h.msg_len = 0;
         }
-        // SAFETY: every header points at an iovec and buffer owned by
-        // `self`, valid for the call; MSG_DONTWAIT makes it non-blocking.
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                MMSG_BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        Ok(r as usize)
+        // SAFETY: every header (MMSG_BATCH of them) points at an iovec and
+        // buffer owned by `self`, valid for the call.
+        unsafe { mdbus::sys::net::recv_batch(fd, &mut self.hdrs) }
     }
 
     /// The `i`th datagram received.

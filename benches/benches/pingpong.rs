@@ -37,9 +37,9 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use mdbus_benches::{
-    bench_err, child_init, child_role, clock_cost, emit_json, latency_histogram, nanos, note_smoke,
-    print_rtt_table, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result, Settings,
-    SharedRegion, SharedSafe,
+    bench_err, child_init, clock_cost, emit_json, latency_histogram, main_of, nanos, note_smoke,
+    print_rtt_table, rtt_json, selected_peers, watchdog, Peer, PeerExt, Percentiles, Result,
+    Settings, SharedRegion, SharedSafe,
 };
 
 /// Payload size of the iceoryx2 and mdbus round trips.
@@ -94,14 +94,7 @@ impl Transport {
 }
 
 fn main() {
-    let result = match child_role() {
-        Some(role) => pong(&role),
-        None => ping(),
-    };
-    if let Err(e) = result {
-        eprintln!("pingpong: {e}");
-        std::process::exit(1);
-    }
+    main_of("pingpong", pong, ping);
 }
 
 fn selected_transports() -> Result<Vec<Transport>> {
@@ -189,18 +182,9 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
 
     let mut lines = Vec::new();
     for m in results {
-        let mut obj = serde_json::json!({
-            "bench": "pingpong",
-            "peer": m.transport.name(),
-            "payload": m.transport.payload(),
-            "iters": m.count,
-            "warmup": settings.warmup,
-            "ping_core": settings.cores.0,
-            "pong_core": settings.cores.1,
-            "wait": settings.wait.as_str(),
-            "clock_ns": clock.p50,
-            "rtt_ns": m.rtt.to_json(),
-        });
+        let mut obj = rtt_json("pingpong", settings, clock.p50, m.count, m.rtt);
+        obj["peer"] = m.transport.name().into();
+        obj["payload"] = m.transport.payload().into();
         for (_, base, p50, p999) in ratios.iter().filter(|r| r.0 == m.transport) {
             obj[format!("vs_{}", base.name())] = serde_json::json!({ "p50": p50, "p999": p999 });
         }
@@ -287,6 +271,110 @@ fn raw_pong(settings: &Settings) -> Result<()> {
         lines.pong.store(seen, Ordering::Release);
         last = seen;
         dog.progress();
+    }
+}
+
+// ------------------------------------------ echo (iceoryx2 and mdbus) ----
+
+/// One end of a link that carries `u64` values between ping and pong: the
+/// iceoryx2 and mdbus ends, timed by one loop ([`echo_ping`]).
+trait Echo {
+    /// The transport, for errors (`iceoryx2`, `mdbus`).
+    const NAME: &'static str;
+    /// What ping's watchdog is watching.
+    const PING: &'static str;
+    /// What pong's watchdog is watching.
+    const PONG: &'static str;
+    /// Sends `value`; how many receivers it reached, where the transport
+    /// tells.
+    fn send_value(&mut self, value: u64) -> Result<Option<usize>>;
+    /// The next value, if one has arrived.
+    fn receive_value(&mut self) -> Result<Option<u64>>;
+}
+
+/// Ping's side: waits for pong's READY, times `warmup + iters` round trips
+/// (recording all but the warm-up), then tells pong to stop.
+fn echo_ping<S: Echo>(
+    side: &mut S,
+    peer: &mut Peer,
+    settings: &Settings,
+) -> Result<Histogram<u64>> {
+    let name = S::NAME;
+    let mut hist = latency_histogram();
+    let mut dog = watchdog(Some(peer), settings.wait, settings.stall, S::PING);
+    loop {
+        match side.receive_value()? {
+            Some(READY) => break,
+            Some(other) => return Err(bench_err!("{name}: expected READY, got {other}")),
+            None => dog.idle()?,
+        }
+    }
+    for i in 1..=settings.warmup + settings.iters {
+        let t0 = Instant::now();
+        let delivered = side.send_value(i)?;
+        loop {
+            match side.receive_value()? {
+                Some(v) if v == i => break,
+                Some(v) => return Err(bench_err!("{name}: sent {i}, got back {v}")),
+                None => dog.idle()?,
+            }
+        }
+        let rtt = nanos(t0.elapsed());
+        dog.progress();
+        if let Some(delivered) = delivered.filter(|&d| d != 1) {
+            return Err(bench_err!(
+                "{name}: ping {i} reached {delivered} subscribers"
+            ));
+        }
+        if i > settings.warmup {
+            hist.saturating_record(rtt);
+        }
+    }
+    side.send_value(STOP)?;
+    Ok(hist)
+}
+
+/// Pong's side: says READY, then sends back every value until STOP.
+fn echo_pong<S: Echo>(side: &mut S, settings: &Settings) -> Result<()> {
+    let mut dog = watchdog(None, settings.wait, settings.stall, S::PONG);
+    side.send_value(READY)?;
+    loop {
+        match side.receive_value()? {
+            Some(STOP) => return Ok(()),
+            Some(v) => {
+                side.send_value(v)?;
+                dog.progress();
+            }
+            None => dog.idle()?,
+        }
+    }
+}
+
+impl Echo for iox::Side {
+    const NAME: &'static str = "iceoryx2";
+    const PING: &'static str = "iceoryx2 ping-pong";
+    const PONG: &'static str = "iceoryx2 pong";
+    #[inline(always)]
+    fn send_value(&mut self, value: u64) -> Result<Option<usize>> {
+        self.send(value).map(Some)
+    }
+    #[inline(always)]
+    fn receive_value(&mut self) -> Result<Option<u64>> {
+        self.try_receive()
+    }
+}
+
+impl Echo for md::Side {
+    const NAME: &'static str = "mdbus";
+    const PING: &'static str = "mdbus ping-pong";
+    const PONG: &'static str = "mdbus pong";
+    #[inline(always)]
+    fn send_value(&mut self, value: u64) -> Result<Option<usize>> {
+        self.send(value).map(|()| None)
+    }
+    #[inline(always)]
+    fn receive_value(&mut self) -> Result<Option<u64>> {
+        self.try_receive()
     }
 }
 
@@ -391,62 +479,13 @@ fn iceoryx2_ping(settings: &Settings) -> Result<Histogram<u64>> {
     // subscriber at creation and its READY cannot be lost.
     let mut side = iox::side(true)?;
     let mut peer = Peer::spawn(&Transport::Iceoryx2.pong_role(), settings, None)?;
-    let mut hist = latency_histogram();
-    {
-        let mut dog = watchdog(
-            Some(&mut peer),
-            settings.wait,
-            settings.stall,
-            "iceoryx2 ping-pong",
-        );
-        loop {
-            match side.try_receive()? {
-                Some(READY) => break,
-                Some(other) => return Err(bench_err!("iceoryx2: expected READY, got {other}")),
-                None => dog.idle()?,
-            }
-        }
-        for i in 1..=settings.warmup + settings.iters {
-            let t0 = Instant::now();
-            let delivered = side.send(i)?;
-            loop {
-                match side.try_receive()? {
-                    Some(v) if v == i => break,
-                    Some(v) => return Err(bench_err!("iceoryx2: sent {i}, got back {v}")),
-                    None => dog.idle()?,
-                }
-            }
-            let rtt = nanos(t0.elapsed());
-            dog.progress();
-            if delivered != 1 {
-                return Err(bench_err!(
-                    "iceoryx2: ping {i} reached {delivered} subscribers"
-                ));
-            }
-            if i > settings.warmup {
-                hist.saturating_record(rtt);
-            }
-        }
-        side.send(STOP)?;
-    }
+    let hist = echo_ping(&mut side, &mut peer, settings)?;
     peer.finish()?;
     Ok(hist)
 }
 
 fn iceoryx2_pong(settings: &Settings) -> Result<()> {
-    let mut side = iox::side(false)?;
-    let mut dog = watchdog(None, settings.wait, settings.stall, "iceoryx2 pong");
-    side.send(READY)?;
-    loop {
-        match side.try_receive()? {
-            Some(STOP) => return Ok(()),
-            Some(v) => {
-                side.send(v)?;
-                dog.progress();
-            }
-            None => dog.idle()?,
-        }
-    }
+    echo_pong(&mut iox::side(false)?, settings)
 }
 
 // -------------------------------------------------------------- mdbus ----
@@ -565,39 +604,7 @@ fn mdbus_ping(settings: &Settings, transport: Transport) -> Result<Histogram<u64
         peer = Peer::spawn(&transport.pong_role(), settings, None)?;
         md::Side::Session(bus.session_accept(md::SESSION)?)
     };
-    let mut hist = latency_histogram();
-    {
-        let mut dog = watchdog(
-            Some(&mut peer),
-            settings.wait,
-            settings.stall,
-            "mdbus ping-pong",
-        );
-        loop {
-            match side.try_receive()? {
-                Some(READY) => break,
-                Some(other) => return Err(bench_err!("mdbus: expected READY, got {other}")),
-                None => dog.idle()?,
-            }
-        }
-        for i in 1..=settings.warmup + settings.iters {
-            let t0 = Instant::now();
-            side.send(i)?;
-            loop {
-                match side.try_receive()? {
-                    Some(v) if v == i => break,
-                    Some(v) => return Err(bench_err!("mdbus: sent {i}, got back {v}")),
-                    None => dog.idle()?,
-                }
-            }
-            let rtt = nanos(t0.elapsed());
-            dog.progress();
-            if i > settings.warmup {
-                hist.saturating_record(rtt);
-            }
-        }
-        side.send(STOP)?;
-    }
+    let hist = echo_ping(&mut side, &mut peer, settings)?;
     // `side` outlives the child, so our segments stay until pong is done.
     peer.finish()?;
     Ok(hist)
@@ -615,16 +622,5 @@ fn mdbus_pong(settings: &Settings, transport: Transport) -> Result<()> {
     } else {
         md::Side::Session(bus.session_connect(md::SESSION)?)
     };
-    let mut dog = watchdog(None, settings.wait, settings.stall, "mdbus pong");
-    side.send(READY)?;
-    loop {
-        match side.try_receive()? {
-            Some(STOP) => return Ok(()),
-            Some(v) => {
-                side.send(v)?;
-                dog.progress();
-            }
-            None => dog.idle()?,
-        }
-    }
+    echo_pong(&mut side, settings)
 }

@@ -29,7 +29,7 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
 use mdbus_benches::{
-    bench_err, child_init, child_role, emit_json, nanos, note_smoke, selected_peers, wait_for_go,
+    bench_err, child_init, emit_json, main_of, nanos, note_smoke, selected_peers, wait_for_go,
     watchdog, Peer, PeerExt, Result, Settings, SharedRegion, SharedSafe,
 };
 
@@ -92,14 +92,7 @@ impl Measured {
 }
 
 fn main() {
-    let result = match child_role() {
-        Some(role) => publish(&role),
-        None => subscribe(),
-    };
-    if let Err(e) = result {
-        eprintln!("throughput: {e}");
-        std::process::exit(1);
-    }
+    main_of("throughput", publish, subscribe);
 }
 
 fn selected_transports() -> Result<Vec<Transport>> {

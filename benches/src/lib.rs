@@ -198,6 +198,24 @@ pub fn child_role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
+/// The `main` of a two-process benchmark: runs `child` with the role in a
+/// child process, `parent` otherwise; on failure says why on stderr as
+/// `name: why` and exits 1.
+pub fn main_of(
+    name: &str,
+    child: impl FnOnce(&str) -> Result<()>,
+    parent: impl FnOnce() -> Result<()>,
+) {
+    let result = match child_role() {
+        Some(role) => child(&role),
+        None => parent(),
+    };
+    if let Err(e) = result {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Sets up a child process: dies with the parent, pins itself to the core
 /// the parent chose, and returns that core.
 pub fn child_init() -> Result<usize> {
@@ -426,6 +444,28 @@ pub fn print_rtt_table<'a>(rows: impl IntoIterator<Item = (&'a str, usize, Perce
             p.p50, p.p90, p.p99, p.p999, p.max
         );
     }
+}
+
+/// The JSON line of one round-trip result of `bench`: its `iters` samples'
+/// percentiles `rtt`, with the run's settings and the clock's cost
+/// `clock_ns`; the caller adds what names the peer and payload.
+pub fn rtt_json(
+    bench: &str,
+    settings: &Settings,
+    clock_ns: u64,
+    iters: u64,
+    rtt: Percentiles,
+) -> serde_json::Value {
+    serde_json::json!({
+        "bench": bench,
+        "iters": iters,
+        "warmup": settings.warmup,
+        "ping_core": settings.cores.0,
+        "pong_core": settings.cores.1,
+        "wait": settings.wait.as_str(),
+        "clock_ns": clock_ns,
+        "rtt_ns": rtt.to_json(),
+    })
 }
 
 /// The cost of one `Instant::now()`, measured as the gap between two

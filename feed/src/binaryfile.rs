@@ -8,6 +8,8 @@
 
 use std::io::{self, ErrorKind, Read, Write};
 
+use crate::bytes::read_full;
+
 /// Length of the prefix before each message.
 pub const PREFIX_LEN: usize = 2;
 
@@ -148,21 +150,6 @@ impl<R: Read> BinaryFileReader<R> {
     pub fn into_inner(self) -> R {
         self.reader
     }
-}
-
-/// Fills `buf` unless the stream ends first; returns the bytes read. Unlike
-/// `read_exact`, tells how far it got, which the truncation errors report.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Writes length-prefixed messages.

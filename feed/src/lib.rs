@@ -46,6 +46,7 @@
 pub mod alpha;
 pub mod arbiter;
 pub mod binaryfile;
+pub mod bytes;
 pub mod itch;
 pub mod mdcap;
 pub mod moldudp64;

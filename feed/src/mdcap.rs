@@ -47,7 +47,9 @@
 //! ```
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+
+use crate::bytes::{describe_bytes, read_full};
 use std::path::Path;
 
 /// The first 8 bytes of every mdcap file.
@@ -351,7 +353,7 @@ impl<R: Read> MdcapReader<R> {
         if header[..magic_len] != MAGIC[..magic_len] {
             return Err(MdcapError::BadMagic {
                 name,
-                found: describe_prefix(&header[..magic_len]),
+                found: describe_bytes(&header[..magic_len]),
             });
         }
         if n < FILE_HEADER_LEN {
@@ -459,35 +461,4 @@ impl<R: Read> MdcapReader<R> {
             source,
         }
     }
-}
-
-/// `bytes 50 4b 03 04 ("PK..")`: the start of a file, for an error.
-fn describe_prefix(bytes: &[u8]) -> String {
-    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let text: String = bytes
-        .iter()
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b)
-            } else {
-                '.'
-            }
-        })
-        .collect();
-    format!("bytes {} (\"{text}\")", hex.join(" "))
-}
-
-/// Fills `buf` unless the stream ends first; returns the bytes read, so a
-/// truncation error can say how far the file got.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }

@@ -20,6 +20,7 @@
 //!   when it is a regular file of this user with no group/other access.
 //! - [`map`]: shared and anonymous memory mappings, unmapped on drop;
 //!   prefaulting, locking and huge-page advice.
+//! - [`net`]: batched datagram receive (`recvmmsg`), non-blocking.
 //! - [`process`]: process liveness by pid and start time, allocation-free.
 //! - [`hugepages`]: the huge-page size and whether a hugetlbfs mount can
 //!   hold a segment.
@@ -32,4 +33,5 @@ pub mod file;
 pub mod hugepages;
 pub mod leftovers;
 pub mod map;
+pub mod net;
 pub mod process;

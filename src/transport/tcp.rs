@@ -420,13 +420,7 @@ impl SessionEnd for TcpSession {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
-        if len > self.claim_len {
-            return Err(Error::MessageTooLarge {
-                len,
-                max: self.claim_len,
-                channel: self.channel.clone(),
-            });
-        }
+        Error::check_fits(len, self.claim_len, &self.channel)?;
         let seq = self.next_seq;
         Header {
             seq,

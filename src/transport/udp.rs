@@ -133,24 +133,8 @@ impl RxBatch {
             h.msg_len = 0;
         }
         // SAFETY: `hdrs[..n]` point at buffers, iovecs and names owned by
-        // `self`, which outlive the call; MSG_DONTWAIT makes it non-blocking.
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        }
-        Ok(r as usize)
+        // `self`, which outlive the call.
+        unsafe { crate::sys::net::recv_batch(fd, &mut self.hdrs[..n]) }
     }
 
     fn datagram(&self, i: usize, slot: usize) -> (SocketAddrV4, &[u8]) {

@@ -902,6 +902,23 @@ impl Arbiter {
         }
     }
 
+    /// Counts a packet of `count` messages ending before `end` that brings
+    /// nothing: all of it was delivered already (a duplicate), or the
+    /// session is over (nothing more belongs to it).
+    #[inline]
+    fn nothing_new(&mut self, end: u64, count: u64) -> bool {
+        if end <= self.expected {
+            self.counters.duplicate_packets += 1;
+            self.counters.duplicate_messages += count;
+            return true;
+        }
+        if self.ended {
+            self.counters.after_end += 1;
+            return true;
+        }
+        false
+    }
+
     fn on_messages(
         &mut self,
         line: Line,
@@ -912,28 +929,16 @@ impl Arbiter {
         sink: &mut impl ArbiterSink,
     ) {
         let count = end - first;
-        if end <= self.expected {
-            self.counters.duplicate_packets += 1;
-            self.counters.duplicate_messages += count;
-            return;
-        }
-        if self.ended {
-            // The session is over: nothing more belongs to it.
-            self.counters.after_end += 1;
+        if self.nothing_new(end, count) {
             return;
         }
         let len = packet.as_bytes().len();
         if first > self.expected && !self.store.fits(len) {
             self.counters.reorder_overflow += 1;
             self.make_room(first, len, now_ns, sink);
-            if end <= self.expected {
-                self.counters.duplicate_packets += 1;
-                self.counters.duplicate_messages += count;
-                return;
-            }
-            if self.ended {
-                // Making room reached the end of the session.
-                self.counters.after_end += 1;
+            // Making room may have delivered it, or reached the end of the
+            // session.
+            if self.nothing_new(end, count) {
                 return;
             }
         }

@@ -2,6 +2,8 @@
 
 use std::fs::File;
 use std::io::{self, Cursor, ErrorKind, Read};
+
+use crate::bytes::read_full;
 use std::net::SocketAddrV4;
 use std::path::Path;
 
@@ -542,19 +544,6 @@ fn describe_magic(magic: [u8; 4]) -> String {
     } else {
         format!("it starts with bytes {hex}, not a pcap or pcapng magic number")
     }
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 #[cfg(test)]

@@ -442,6 +442,28 @@ impl Generator {
         (1..=self.symbol_count()).find(|&l| !self.is_halted(l))
     }
 
+    /// The side, size and price of a new order or trade in `locate`, near
+    /// its mid (drawn in this order: the output is deterministic per seed).
+    fn pick_order(&mut self, locate: u16) -> (u8, u32, u32) {
+        let side = if self.rng.chance(0.5) {
+            side::BUY
+        } else {
+            side::SELL
+        };
+        let shares = self.pick_shares();
+        let price = self.price_near(self.mid(locate), side);
+        (side, shares, price)
+    }
+
+    /// `Y` with probability `p`, `N` otherwise.
+    fn yes_with(&mut self, p: f64) -> u8 {
+        if self.rng.chance(p) {
+            yes_no::YES
+        } else {
+            yes_no::NO
+        }
+    }
+
     fn pick_shares(&mut self) -> u32 {
         if self.rng.chance(0.1) {
             // Odd lot.
@@ -609,13 +631,7 @@ impl Generator {
         let Some(locate) = self.pick_trading_locate() else {
             return self.delete_or_system_event();
         };
-        let side = if self.rng.chance(0.5) {
-            side::BUY
-        } else {
-            side::SELL
-        };
-        let shares = self.pick_shares();
-        let price = self.price_near(self.mid(locate), side);
+        let (side, shares, price) = self.pick_order(locate);
         let reference = self.next_reference;
         self.next_reference += 1;
         self.orders.push(LiveOrder {
@@ -722,11 +738,7 @@ impl Generator {
             } else {
                 o.price.saturating_sub(TICK).max(TICK)
             };
-            let printable = if self.rng.chance(0.8) {
-                yes_no::YES
-            } else {
-                yes_no::NO
-            };
+            let printable = self.yes_with(0.8);
             self.emit(OrderExecutedWithPrice {
                 header,
                 order_reference_number: o.reference,
@@ -774,13 +786,7 @@ impl Generator {
         let Some(locate) = self.pick_trading_locate() else {
             return self.delete_or_system_event();
         };
-        let side = if self.rng.chance(0.5) {
-            side::BUY
-        } else {
-            side::SELL
-        };
-        let shares = self.pick_shares();
-        let price = self.price_near(self.mid(locate), side);
+        let (side, shares, price) = self.pick_order(locate);
         let match_number = self.next_match_number();
         let header = self.header(locate);
         self.drift(locate);
@@ -815,11 +821,7 @@ impl Generator {
             }
             b'L' => {
                 let mpid = Alpha(MPIDS[self.rng.below(MPIDS.len() as u64) as usize]);
-                let primary = if self.rng.chance(0.2) {
-                    yes_no::YES
-                } else {
-                    yes_no::NO
-                };
+                let primary = self.yes_with(0.2);
                 let mode = b"NPSRL"[self.rng.below(5) as usize];
                 let state = b"AEWSD"[self.rng.below(5) as usize];
                 self.emit(MarketParticipantPosition {
@@ -870,11 +872,7 @@ impl Generator {
                 })
             }
             b'O' => {
-                let eligible = if self.rng.chance(0.5) {
-                    yes_no::YES
-                } else {
-                    yes_no::NO
-                };
+                let eligible = self.yes_with(0.5);
                 self.emit(DirectListingCapitalRaise {
                     header,
                     stock,

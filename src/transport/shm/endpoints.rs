@@ -91,16 +91,28 @@ pub struct ShmPublisher {
     seg: Segment,
 }
 
+/// Creates the segment of a stream or session of `capacity` slots of
+/// `max_message` bytes (replacing a stale one), once there is room for it.
+fn create_segment(
+    shm: &ShmConfig,
+    name: &str,
+    kind: Kind,
+    max_message: usize,
+    capacity: usize,
+) -> Result<Segment> {
+    let geo = Geometry {
+        kind,
+        slot_size: slot_size(max_message),
+        capacity,
+    };
+    check_space(shm, name, &geo)?;
+    Segment::create(shm, name, geo)
+}
+
 impl ShmPublisher {
     /// Creates the stream's segment (replacing a stale one).
     pub fn create(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmPublisher> {
-        let geo = Geometry {
-            kind: Kind::Stream,
-            slot_size: slot_size(cfg.max_message),
-            capacity: cfg.capacity,
-        };
-        check_space(shm, name, &geo)?;
-        let seg = Segment::create(shm, name, geo)?;
+        let seg = create_segment(shm, name, Kind::Stream, cfg.max_message, cfg.capacity)?;
         let ring = ring_of(&seg, 0);
         // SAFETY: the ring and its tail word live in `seg`, which outlives
         // the writer (field order); we created the segment, so we are its
@@ -416,13 +428,7 @@ impl ShmSession {
     /// Creates the session and waits up to `cfg.connect_timeout` for the
     /// initiator.
     pub fn accept(shm: &ShmConfig, name: &str, cfg: &SessionConfig) -> Result<ShmSession> {
-        let geo = Geometry {
-            kind: Kind::Session,
-            slot_size: slot_size(cfg.max_message),
-            capacity: cfg.capacity,
-        };
-        check_space(shm, name, &geo)?;
-        let seg = Segment::create(shm, name, geo)?;
+        let seg = create_segment(shm, name, Kind::Session, cfg.max_message, cfg.capacity)?;
         let channel = format!("session `{name}`");
         let deadline = Instant::now() + cfg.connect_timeout;
         // Acquire: pairs with the initiator's release of its pid, after it
@@ -550,13 +556,7 @@ impl SessionEnd for ShmSession {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
-        if len > self.max_message {
-            return Err(Error::MessageTooLarge {
-                len,
-                max: self.max_message,
-                channel: self.channel.clone(),
-            });
-        }
+        Error::check_fits(len, self.max_message, &self.channel)?;
         Ok(self.tx.commit(len as u32, flags, timestamp))
     }
 

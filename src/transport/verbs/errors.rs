@@ -58,15 +58,7 @@ pub(crate) fn os<'a>(
     qp: Option<u32>,
     e: i32,
 ) -> Error {
-    let at = at.into();
-    Error::Verbs {
-        op: op.into(),
-        device: at.device.into(),
-        port: at.port,
-        qp,
-        errno: Some(e),
-        detail: describe_errno(e),
-    }
+    verbs(op.into(), at.into(), qp, Some(e), describe_errno(e))
 }
 
 /// An error from this thread's errno, for calls that return null or -1.
@@ -93,14 +85,18 @@ pub(crate) fn other<'a>(
     qp: Option<u32>,
     detail: impl Into<String>,
 ) -> Error {
-    let at = at.into();
+    verbs(op.into(), at.into(), qp, None, detail.into())
+}
+
+/// The one place an [`Error::Verbs`] is put together.
+fn verbs(op: String, at: Place<'_>, qp: Option<u32>, errno: Option<i32>, detail: String) -> Error {
     Error::Verbs {
-        op: op.into(),
+        op,
         device: at.device.into(),
         port: at.port,
         qp,
-        errno: None,
-        detail: detail.into(),
+        errno,
+        detail,
     }
 }
 

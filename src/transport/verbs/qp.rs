@@ -5,8 +5,8 @@
 use std::ptr::NonNull;
 
 use verbs_sys::{
-    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, Rdmacm, Verbs,
-    IBV_QPS_ERR, IBV_QP_STATE,
+    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, ibv_sge,
+    ibv_wr_opcode, Rdmacm, Verbs, IBV_QPS_ERR, IBV_QP_STATE,
 };
 
 use super::cm::CmId;
@@ -14,6 +14,38 @@ use super::cq::Cq;
 use super::errors;
 use super::pd::Pd;
 use crate::error::Result;
+
+/// The one scatter/gather entry of a send: `len` bytes at `src`, in the
+/// region registered with `lkey` (or copied inline when the request says
+/// `IBV_SEND_INLINE`).
+#[inline]
+pub(crate) fn sge(src: *const u8, len: usize, lkey: u32) -> ibv_sge {
+    ibv_sge {
+        addr: src as u64,
+        length: len as u32,
+        lkey,
+    }
+}
+
+/// A send request `wr_id` of `opcode` over the one entry `sge`, which must
+/// stay in place until the request is posted; the caller fills in the
+/// opcode's own fields (remote address, address handle).
+#[inline]
+pub(crate) fn send_request(
+    wr_id: u64,
+    sge: &mut ibv_sge,
+    opcode: ibv_wr_opcode,
+    send_flags: u32,
+) -> ibv_send_wr {
+    ibv_send_wr {
+        wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags,
+        ..Default::default()
+    }
+}
 
 /// Queue sizes asked for at creation, and what the device granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,8 +43,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use verbs_sys::{
-    ibv_ah_attr, ibv_send_wr, ibv_sge, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH,
-    IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND,
+    ibv_ah_attr, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_GRH, IBV_WC_SUCCESS,
+    IBV_WC_WR_FLUSH_ERR, IBV_WR_SEND,
 };
 
 use super::ah::{Ah, AhCache};
@@ -54,7 +54,7 @@ use super::cq::Cq;
 use super::credit::repost_batch;
 use super::mr::Region;
 use super::pd::Pd;
-use super::qp::CmQp;
+use super::qp::{self, CmQp};
 use super::recv_ring::RecvRing;
 use super::send_queue::SendQueue;
 use super::{errors, lib, ud_join};
@@ -433,19 +433,8 @@ impl UdLink {
                 p.cast_const()
             }
         };
-        let mut sge = ibv_sge {
-            addr: src as u64,
-            length: bytes.len() as u32,
-            lkey: self.send_lkey,
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: slot.index,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: IBV_WR_SEND,
-            send_flags: flags,
-            ..Default::default()
-        };
+        let mut sge = qp::sge(src, bytes.len(), self.send_lkey);
+        let mut wr = qp::send_request(slot.index, &mut sge, IBV_WR_SEND, flags);
         wr.wr.ud.ah = ah;
         wr.wr.ud.remote_qpn = qpn;
         wr.wr.ud.remote_qkey = self.qkey;
@@ -472,14 +461,7 @@ impl UdLink {
     }
 
     fn check_len(&self, len: usize) -> Result<()> {
-        if len > self.max_datagram {
-            return Err(Error::MessageTooLarge {
-                len,
-                max: self.max_datagram,
-                channel: self.channel.clone(),
-            });
-        }
-        Ok(())
+        Error::check_fits(len, self.max_datagram, &self.channel)
     }
 
     /// The cache slot of `peer`'s address handle, creating it on a miss.

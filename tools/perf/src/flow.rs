@@ -1,14 +1,17 @@
 //! What the measurements of a stream of messages share: the two sides,
-//! the counter in each payload, pacing to a rate, and serving a datagram
-//! stream after its last message. `throughput` and `mcast` both use it;
+//! the counter in each payload, pacing to a rate, serving a datagram
+//! stream after its last message, the subscriber's receive loop and the
+//! exit status of a run that lost messages. `throughput` and `mcast` both use it;
 //! neither imports the other.
 
 use std::time::{Duration, Instant};
 
-use mdbus_tool_support::percentiles::nanos;
-use mdbus_tool_support::process::DoneSignal;
+use mdbus::Event;
+use mdbus_tool_support::percentiles::{nanos, Span};
+use mdbus_tool_support::process::{wait_for_go, DoneSignal};
 
-use crate::common::{interrupted, Common, Failure};
+use crate::common::{interrupted, watchdog, Common, Failure};
+use crate::peer::Peer;
 
 /// The two sides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,6 +81,95 @@ pub fn serve(
         interrupted()?;
         wait.wait();
     }
+}
+
+impl Role {
+    /// The name `--role` takes, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Pub => "pub",
+            Role::Sub => "sub",
+        }
+    }
+}
+
+/// The publisher's start: when spawned, waits for the parent's go (it
+/// subscribes first, so nothing is published unseen) and listens for its
+/// done signal; run by hand, says so on stderr.
+pub fn start_publishing(common: &Common, name: &str) -> Result<Option<DoneSignal>, Failure> {
+    if common.spawned {
+        wait_for_go()?;
+        Ok(Some(DoneSignal::listen()))
+    } else {
+        eprintln!("mdbus-perf (pub): publishing on `{name}`");
+        Ok(None)
+    }
+}
+
+/// How a subscriber's run ended: [`drain_stream`]'s answer.
+pub struct Drained {
+    /// The last sequence number the publisher's end of stream named.
+    pub end: Option<u64>,
+    /// Nanoseconds from the first message received to the last.
+    pub ns: u64,
+}
+
+/// Polls `subscriber` under a [`watchdog`] until the stream ends or, with
+/// `stop_at`, until message `stop_at` was delivered or reported lost;
+/// calls `on_message` for each message. A publisher that went down
+/// (described by `down`, given its last sequence number) or restarted, or
+/// a source gap (these tools publish none), fails the run.
+pub fn drain_stream(
+    subscriber: &mut mdbus::Subscriber,
+    peer: Option<&mut Peer>,
+    common: &Common,
+    name: &str,
+    stop_at: Option<u64>,
+    down: fn(u64) -> String,
+    mut on_message: impl FnMut(&mdbus::Message<'_>),
+) -> Result<Drained, Failure> {
+    let mut reached = false;
+    let mut end = None;
+    let mut trouble = None;
+    let mut span = Span::default();
+    let mut dog = watchdog(peer, common, "waiting for messages");
+    while end.is_none() && !reached {
+        let n = subscriber.poll(|e| match e {
+            Event::Message(m) => {
+                on_message(&m);
+                reached |= stop_at.is_some_and(|count| m.seq() >= count);
+            }
+            Event::Gap { to, .. } | Event::Overrun { to, .. } => {
+                reached |= stop_at.is_some_and(|count| to > count)
+            }
+            Event::EndOfStream { last_seq } => end = Some(last_seq),
+            Event::PublisherDown { last_seq } => trouble = Some(down(last_seq)),
+            Event::PublisherRestarted { epoch } => {
+                trouble = Some(format!("the publisher restarted (epoch {epoch})"))
+            }
+            Event::SourceGap { from, to } => {
+                trouble = Some(format!("unexpected source gap {from}..{to}"))
+            }
+        })?;
+        if let Some(what) = trouble.take() {
+            return Err(Failure::Run(format!("stream `{name}`: {what}")));
+        }
+        if n > 0 {
+            span.mark();
+            dog.progress();
+        } else if end.is_none() && !reached {
+            dog.idle()?;
+        }
+    }
+    Ok(Drained { end, ns: span.ns() })
+}
+
+/// The exit status of a run that sent `sent` messages and lost `lost` of
+/// them (for the reasons `why` names): [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
+/// when any were lost and loss is not allowed; says what on stderr.
+pub fn loss_exit_code(lost: u64, sent: u64, why: &str, allow_loss: bool) -> u8 {
+    let lost = (lost > 0).then(|| format!("{lost} of {sent} messages lost ({why})"));
+    mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`pingpong`], [`throughput`], [`mcast`] | the three commands |
-//! | [`flow`] | what throughput and mcast share: the two sides, the payload counter, pacing, serving a stream after its end |
-//! | [`common`] | the options every command shares, failures, the watchdog and Ctrl-C |
+//! | [`flow`] | what throughput and mcast share: the two sides, the payload counter, pacing, serving a stream after its end, the subscriber loop, the loss exit status |
+//! | [`common`] | the options every command shares, failures, the watchdog and Ctrl-C, the report lines all three print (cores, percentiles) |
 //! | [`args`] | parsers of the shared options |
 //! | [`transport`] | which transports this build measures, and the bus of a run |
 //! | [`ip`], [`verbs`] | addresses and devices of the UDP/TCP and RDMA runs |
@@ -67,10 +67,8 @@ RDMA port: --device names it; without one the run is refused in one line.",
     after_help = EXIT_CODES_HELP
 )]
 struct Cli {
-    /// Log what the library reports at info level (core placement, huge
-    /// pages, segments) to stderr; warnings are always shown.
-    #[arg(short, long, global = true)]
-    verbose: bool,
+    #[command(flatten)]
+    log: mdbus_tool_support::logging::Verbosity,
 
     #[command(subcommand)]
     command: Command,
@@ -136,7 +134,7 @@ enum Command {
 /// The program: parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    mdbus_tool_support::logging::init("mdbus-perf", cli.verbose);
+    cli.log.init("mdbus-perf");
     let (role, result) = match &cli.command {
         Command::Pingpong(args) => (args.role_name(), pingpong::run(args).map(|()| 0)),
         Command::Throughput(args) => (args.role_name(), throughput::run(args)),

@@ -24,16 +24,16 @@ use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, StreamConfig};
 use mdbus::metrics::Latency;
-use mdbus::{Bus, Event, TransportKind};
+use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{per_sec, Percentiles, Span};
+use mdbus_tool_support::percentiles::{per_sec, Percentiles};
 
-use crate::common::{watchdog, Common, Failure};
-use crate::flow::{due_ns, pace, serve};
+use crate::common::{cores_line, Common, Failure};
+use crate::flow::{drain_stream, due_ns, pace, serve, start_publishing, Drained};
 use crate::netns::{LossBy, Topology};
-use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::peer::{self, Peer};
 use crate::side;
 
 /// Messages between two calls of the publisher's `service` when it
@@ -119,10 +119,7 @@ pub use crate::flow::Role;
 impl Args {
     /// The side this process plays when --role names one.
     pub fn role_name(&self) -> Option<&'static str> {
-        self.role.map(|r| match r {
-            Role::Pub => "pub",
-            Role::Sub => "sub",
-        })
+        self.role.map(Role::name)
     }
 }
 
@@ -241,13 +238,12 @@ impl Report {
     /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
     /// when messages were lost and loss is not allowed; says what on stderr.
     fn exit_code(&self, allow_loss: bool) -> u8 {
-        let lost = (self.lost > 0).then(|| {
-            format!(
-                "{} of {} messages lost (unrecoverable gaps, overruns)",
-                self.lost, self.sent
-            )
-        });
-        mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
+        crate::flow::loss_exit_code(
+            self.lost,
+            self.sent,
+            "unrecoverable gaps, overruns",
+            allow_loss,
+        )
     }
 }
 
@@ -284,14 +280,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
 /// retransmit requests until the subscriber is done.
 fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     let mut publisher = bus.publisher(name)?;
-    let done = if args.common.spawned {
-        // The parent subscribes first, so nothing is published unseen.
-        wait_for_go()?;
-        Some(DoneSignal::listen())
-    } else {
-        eprintln!("mdbus-perf (pub): publishing on `{name}`");
-        None
-    };
+    let done = start_publishing(&args.common, name)?;
     let size = args.size as usize;
     let t0 = Instant::now();
     for i in 1..=args.count {
@@ -337,46 +326,21 @@ fn subscribe(
     }
     let count = args.count;
     let mut latency = Latency::new(LATENCY_MAX_NS);
-    let mut reached = false;
-    let mut end = None;
-    let mut trouble = None;
-    let mut span = Span::default();
-    {
-        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
-        while end.is_none() && !reached {
-            let n = subscriber.poll(|e| match e {
-                Event::Message(m) => {
-                    if let Some(sent) = m.timestamp() {
-                        latency.record(mdbus::clock::now_ns().saturating_sub(sent));
-                    }
-                    reached |= m.seq() >= count;
-                }
-                Event::Gap { to, .. } | Event::Overrun { to, .. } => reached |= to > count,
-                Event::EndOfStream { last_seq } => end = Some(last_seq),
-                Event::PublisherDown { last_seq } => {
-                    trouble = Some(format!(
-                        "the publisher went silent after message {last_seq} (heartbeat timeout)"
-                    ))
-                }
-                Event::PublisherRestarted { epoch } => {
-                    trouble = Some(format!("the publisher restarted (epoch {epoch})"))
-                }
-                // This tool publishes no source-gap notices.
-                Event::SourceGap { from, to } => {
-                    trouble = Some(format!("unexpected source gap {from}..{to}"))
-                }
-            })?;
-            if let Some(what) = trouble.take() {
-                return Err(Failure::Run(format!("stream `{name}`: {what}")));
+    let Drained { end, ns } = drain_stream(
+        &mut subscriber,
+        peer.as_deref_mut(),
+        &args.common,
+        name,
+        Some(count),
+        |last_seq| {
+            format!("the publisher went silent after message {last_seq} (heartbeat timeout)")
+        },
+        |m| {
+            if let Some(sent) = m.timestamp() {
+                latency.record(mdbus::clock::now_ns().saturating_sub(sent));
             }
-            if n > 0 {
-                span.mark();
-                dog.progress();
-            } else if end.is_none() && !reached {
-                dog.idle()?;
-            }
-        }
-    }
+        },
+    )?;
     if let Some(peer) = peer {
         peer.done()?;
     }
@@ -384,7 +348,6 @@ fn subscribe(
     let counters = subscriber.recovery_counters().unwrap_or_default();
     log::info!("subscriber's recovery counters: {counters:?}");
     let recovered = counters.recovered;
-    let ns = span.ns();
     let loss = match network {
         Some((t, pct, by)) => Some(LossReport {
             pct,
@@ -419,10 +382,7 @@ fn print(
         print_json(report);
         return;
     }
-    let cores = match peer_core {
-        Some(peer) => format!("subscriber on core {core}, publisher on core {peer}"),
-        None => format!("subscriber on core {core}"),
-    };
+    let cores = cores_line(("subscriber", core), ("publisher", peer_core));
     println!(
         "mdbus-perf mcast: transport {}, stream `{name}`, {}, {}-byte messages, {cores}",
         report.transport,
@@ -455,16 +415,8 @@ fn print(
         "{:>12} {:>12} {:>12} {:>12} {:>14.0}",
         report.sent, report.received, report.lost, report.recovered, report.msgs_per_sec
     );
-    let p = report.latency_ns;
     println!();
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "one-way ns", p.p50, p.p90, p.p99, p.p999, p.max
-    );
+    crate::common::print_percentiles("one-way ns", &report.latency_ns);
 }
 
 #[cfg(test)]

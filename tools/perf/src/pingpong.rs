@@ -21,7 +21,7 @@ use serde::Serialize;
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{latency_histogram, nanos, Percentiles};
 
-use crate::common::{watchdog, Common, Failure};
+use crate::common::{cores_line, watchdog, Common, Failure};
 use crate::flow::counter;
 use crate::peer::{self, Peer};
 use crate::side;
@@ -480,10 +480,7 @@ fn print(
         print_json(report);
         return;
     }
-    let cores = match peer_core {
-        Some(peer) => format!("ping on core {core}, pong on core {peer}"),
-        None => format!("ping on core {core}"),
-    };
+    let cores = cores_line(("ping", core), ("pong", peer_core));
     let (ping, _) = stream_names(name);
     let channel = match report.channel {
         Channel::Session if crate::ip::has_ports(args.common.transport) => {
@@ -507,16 +504,8 @@ fn print(
     if args.common.transport == TransportKind::Verbs {
         println!("{}", crate::verbs::describe(&bus.config().verbs));
     }
-    let p = report.rtt_ns;
     println!();
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "round trip ns", p.p50, p.p90, p.p99, p.p999, p.max
-    );
+    crate::common::print_percentiles("round trip ns", &report.rtt_ns);
 }
 
 #[cfg(test)]

@@ -26,16 +26,16 @@
 use std::time::{Duration, Instant};
 
 use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
-use mdbus::{Bus, Event, TransportKind};
+use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
 use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
-use crate::common::{interrupted, watchdog, Common, Failure};
+use crate::common::{cores_line, interrupted, watchdog, Common, Failure};
 pub use crate::flow::Role;
-use crate::flow::{counter, due_ns, pace, serve};
-use crate::peer::{self, wait_for_go, DoneSignal, Peer};
+use crate::flow::{counter, drain_stream, due_ns, pace, serve, start_publishing, Drained};
+use crate::peer::{self, wait_for_go, Peer};
 use crate::side;
 
 /// Messages between two calls of a UDP publisher's `service` while it
@@ -111,10 +111,7 @@ pub struct Args {
 impl Args {
     /// The side this process plays when --role names one.
     pub fn role_name(&self) -> Option<&'static str> {
-        self.role.map(|r| match r {
-            Role::Pub => "pub",
-            Role::Sub => "sub",
-        })
+        self.role.map(Role::name)
     }
 
     fn capacity(&self) -> usize {
@@ -258,13 +255,12 @@ impl Report {
     /// The exit status: [`EXIT_DATA_LOST`](mdbus_tool_support::output::EXIT_DATA_LOST)
     /// when messages were lost and loss is not allowed; says what on stderr.
     fn exit_code(&self, allow_loss: bool) -> u8 {
-        let lost = (self.lost > 0).then(|| {
-            format!(
-                "{} of {} messages lost (overruns, unrecoverable gaps)",
-                self.lost, self.sent
-            )
-        });
-        mdbus_tool_support::output::completed(lost.as_deref(), allow_loss)
+        crate::flow::loss_exit_code(
+            self.lost,
+            self.sent,
+            "overruns, unrecoverable gaps",
+            allow_loss,
+        )
     }
 }
 
@@ -311,14 +307,7 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
 fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
     let mut publisher = bus.publisher(name)?;
     let datagram = args.datagram();
-    let done = if args.common.spawned {
-        // The parent subscribes first, so nothing is published unseen.
-        wait_for_go()?;
-        Some(DoneSignal::listen())
-    } else {
-        eprintln!("mdbus-perf (pub): publishing on `{name}`");
-        None
-    };
+    let done = start_publishing(&args.common, name)?;
     let count = args.count();
     let mut payload = vec![0x5au8; args.size as usize];
     let t0 = Instant::now();
@@ -407,43 +396,17 @@ fn subscribe(
     // memory, at the end of the stream.
     let datagram = args.datagram();
     let count = args.count();
-    let mut reached = false;
-    let mut end = None;
-    let mut trouble = None;
-    let mut span = Span::default();
-    {
-        let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
-        while end.is_none() && !reached {
-            let n = subscriber.poll(|e| match e {
-                Event::Message(m) => reached |= datagram && m.seq() >= count,
-                Event::Gap { to, .. } | Event::Overrun { to, .. } => {
-                    reached |= datagram && to > count
-                }
-                Event::EndOfStream { last_seq } => end = Some(last_seq),
-                Event::PublisherDown { last_seq } => {
-                    trouble = Some(format!(
-                    "the publisher went down after message {last_seq} without closing the stream"
-                ))
-                }
-                Event::PublisherRestarted { epoch } => {
-                    trouble = Some(format!("the publisher restarted (epoch {epoch})"))
-                }
-                // This tool publishes no source-gap notices.
-                Event::SourceGap { from, to } => {
-                    trouble = Some(format!("unexpected source gap {from}..{to}"))
-                }
-            })?;
-            if let Some(what) = trouble.take() {
-                return Err(Failure::Run(format!("stream `{name}`: {what}")));
-            }
-            if n > 0 {
-                span.mark();
-                dog.progress();
-            } else if end.is_none() && !reached {
-                dog.idle()?;
-            }
-        }
-    }
+    let Drained { end, ns } = drain_stream(
+        &mut subscriber,
+        peer.as_deref_mut(),
+        &args.common,
+        name,
+        datagram.then_some(count),
+        |last_seq| {
+            format!("the publisher went down after message {last_seq} without closing the stream")
+        },
+        |_| {},
+    )?;
     if let Some(peer) = peer {
         if datagram {
             peer.done()?;
@@ -459,7 +422,7 @@ fn subscribe(
         None => 0,
     };
     let (received, lost) = (stats.received, stats.overrun_messages + stats.gap_messages);
-    let rate = per_sec(received, span.ns());
+    let rate = per_sec(received, ns);
     Ok(Report {
         transport: args.common.transport.name(),
         channel: Channel::Stream,
@@ -556,10 +519,7 @@ fn print(
         Channel::Stream => ("subscriber", "publisher"),
         Channel::Session => ("receiver", "sender"),
     };
-    let cores = match peer_core {
-        Some(peer) => format!("{recv} on core {core}, {send} on core {peer}"),
-        None => format!("{recv} on core {core}"),
-    };
+    let cores = cores_line((recv, core), (send, peer_core));
     let channel = match (report.channel, args.common.transport) {
         (Channel::Stream, TransportKind::Udp) => format!(
             "stream `{name}`, {}",

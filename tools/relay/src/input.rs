@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mdbus::clock::monotonic_ns;
+use mdbus_tool_support::readiness::readable_within;
 
 /// Longest a wait sleeps before it looks at the stop conditions again.
 pub const SLICE: Duration = Duration::from_millis(50);
@@ -125,24 +126,9 @@ impl Read for WakingFile {
             if let Some(why) = self.stop.as_ref().and_then(StopWhen::why) {
                 return Err(io::Error::other(Stopped(why)));
             }
-            let mut pfd = libc::pollfd {
-                fd: self.file.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `pfd` is one valid pollfd on our own open descriptor,
-            // and the count passed is 1.
-            let r = unsafe { libc::poll(&mut pfd, 1, SLICE.as_millis() as libc::c_int) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
             // Nothing yet: a FIFO's writer has not come (Linux reports no
             // hang-up before a writer was ever there) or has paused.
-            if r == 0 || pfd.revents == 0 {
+            if !readable_within(self.file.as_fd(), SLICE)? {
                 continue;
             }
             match self.file.read(buf) {

@@ -32,10 +32,8 @@ mdbus-replay report shm-max/latency.hlog udp-max/latency.hlog --out compare",
     after_help = EXIT_CODES_HELP
 )]
 struct Cli {
-    /// Log what the library reports at info level (core placement, huge
-    /// pages, segments) to stderr; warnings are always shown.
-    #[arg(short, long, global = true)]
-    verbose: bool,
+    #[command(flatten)]
+    log: mdbus_tool_support::logging::Verbosity,
 
     #[command(subcommand)]
     command: Command,
@@ -90,7 +88,7 @@ enum Command {
 /// status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    mdbus_tool_support::logging::init("mdbus-replay", cli.verbose);
+    cli.log.init("mdbus-replay");
     let result = match &cli.command {
         Command::Synth(a) => synth::run(a).map(|r| {
             if a.json {

@@ -23,18 +23,20 @@
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mdbus_feed::arbiter::{ArbiterConfig, ArbiterSink, CaptureSequencer, Line};
 use mdbus_feed::binaryfile::{BinaryFileError, BinaryFileReader};
+use mdbus_feed::bytes::describe_bytes;
 use mdbus_feed::itch::{self, DecodeError};
 use mdbus_feed::mdcap::{MdcapError, MdcapReader};
 use mdbus_feed::moldudp64::Request;
 use mdbus_feed::pcap::{CaptureError, CaptureFormat, CaptureReader, CaptureStats};
 use mdbus_feed::sniff::{sniff, Format, PeekReader, Sniffed};
+use mdbus_tool_support::readiness::readable_within;
 use serde::Serialize;
 
 /// How long a read waits in `poll` before it looks at the signal flag and
@@ -317,22 +319,7 @@ impl Read for WakingReader {
             if let Some(why) = self.stopped() {
                 return Err(io::Error::other(why));
             }
-            let mut fd = libc::pollfd {
-                fd: self.file.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid, initialised pollfd, whose fd stays open
-            // (owned by self.file) for the call.
-            let ready = unsafe { libc::poll(&mut fd, 1, WAKE_EVERY.as_millis() as libc::c_int) };
-            if ready < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if ready == 0 {
+            if !readable_within(self.file.as_fd(), WAKE_EVERY)? {
                 continue;
             }
             // A FIFO is opened non-blocking (so that opening one without
@@ -652,20 +639,4 @@ fn itch_timestamp(m: &[u8]) -> Result<u64, DecodeError> {
     let mut ts = [0u8; 8];
     ts[2..].copy_from_slice(&m[5..itch::HEADER_LEN]);
     Ok(u64::from_be_bytes(ts))
-}
-
-/// `bytes 68 65 6c 6c 6f ("hello")`.
-pub fn describe_bytes(bytes: &[u8]) -> String {
-    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let text: String = bytes
-        .iter()
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b)
-            } else {
-                '.'
-            }
-        })
-        .collect();
-    format!("bytes {} (\"{text}\")", hex.join(" "))
 }

@@ -9,6 +9,7 @@
 //! | [`watchdog`] | a dead peer or a stall noticed from inside a spin loop |
 //! | [`percentiles`] | percentile summaries of latency histograms, rates |
 //! | [`output`] | JSON lines on stdout, exit statuses |
+//! | [`readiness`] | waiting a bounded time for a file or FIFO to be readable (`poll`) |
 //! | [`rdma`] | the IPv4 address of an RDMA port, from its GID table |
 
 pub mod duration;
@@ -17,5 +18,6 @@ pub mod output;
 pub mod percentiles;
 pub mod process;
 pub mod rdma;
+pub mod readiness;
 pub mod signals;
 pub mod watchdog;

@@ -6,6 +6,22 @@
 
 use std::io::Write;
 
+/// The tools' `-v`/`--verbose` option, flattened into each command line.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Verbosity {
+    /// Log what the library reports at info level (core placement, huge
+    /// pages, segments) to stderr; warnings are always shown.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+impl Verbosity {
+    /// [`init`] at the level this option asks for.
+    pub fn init(self, program: &'static str) {
+        init(program, self.verbose);
+    }
+}
+
 /// Sends `log` records to stderr as `TIME PROGRAM: level: message`. Only
 /// the first call in a process takes effect.
 pub fn init(program: &'static str, verbose: bool) {

@@ -6,11 +6,11 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_sys::{
-    ibv_send_wr, ibv_sge, ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS,
-    IBV_WC_WR_FLUSH_ERR, IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+    ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR,
+    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
 };
 
-use super::super::errors;
+use super::super::{errors, qp};
 use super::end::End;
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, WC_BATCH};
 use crate::error::{Error, Result};
@@ -147,19 +147,8 @@ impl RcSession {
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
             dst.cast_const()
         };
-        let mut sge = ibv_sge {
-            addr: src as u64,
-            length: bytes.len() as u32,
-            lkey: self.send_lkey,
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: slot.index,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: IBV_WR_RDMA_WRITE,
-            send_flags: flags,
-            ..Default::default()
-        };
+        let mut sge = qp::sge(src, bytes.len(), self.send_lkey);
+        let mut wr = qp::send_request(slot.index, &mut sge, IBV_WR_RDMA_WRITE, flags);
         if bytes.is_empty() {
             // Some devices read a zero-length entry as 2 GiB: none at all.
             wr.sg_list = std::ptr::null_mut();
@@ -307,14 +296,8 @@ impl SessionEnd for RcSession {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
-        if len > self.max_message {
-            // The send would read past the slot: never post it.
-            return Err(Error::MessageTooLarge {
-                len,
-                max: self.max_message,
-                channel: self.cold.channel.clone(),
-            });
-        }
+        // The send would read past the slot: never post it.
+        Error::check_fits(len, self.max_message, &self.cold.channel)?;
         let slot = self.sq.take(false);
         let p = self.send_slot(slot.index);
         let seq = self.next_seq;
@@ -334,19 +317,8 @@ impl SessionEnd for RcSession {
         if total <= self.inline_max {
             send_flags |= IBV_SEND_INLINE;
         }
-        let mut sge = ibv_sge {
-            addr: p as u64,
-            length: total as u32,
-            lkey: self.send_lkey,
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: slot.index,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: IBV_WR_SEND,
-            send_flags,
-            ..Default::default()
-        };
+        let mut sge = qp::sge(p, total, self.send_lkey);
+        let mut wr = qp::send_request(slot.index, &mut sge, IBV_WR_SEND, send_flags);
         // SAFETY: the slot is registered in the send pool and is not written
         // again until this request (or a later signaled one) completes: the
         // send queue accounting hands it out again only after that.
