@@ -408,8 +408,9 @@ impl PublisherCore {
     }
 
     /// Call regularly: flushes the pending datagram, and when nothing went
-    /// out for `heartbeat_interval` sends a heartbeat (after
-    /// [`close`](Self::close), the end-of-stream marker again).
+    /// out for `heartbeat_interval` sends a heartbeat, twice in a row
+    /// (after [`close`](Self::close), the end-of-stream marker again,
+    /// twice).
     pub fn tick<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
         self.flush(now, &mut emit);
         let idle = match self.last_sent {
@@ -422,7 +423,15 @@ impl PublisherCore {
             } else {
                 Kind::Heartbeat
             };
-            self.control_datagram(kind, now, &mut emit);
+            // Twice, back to back: a subscriber believes a heartbeat that
+            // announces messages it has not seen (or an end of stream)
+            // only when the next datagram repeats it, so the second copy
+            // lets it ask for a message lost on an idle stream one
+            // interval after it was sent, not two; either copy may be
+            // lost.
+            for _ in 0..2 {
+                self.control_datagram(kind, now, &mut emit);
+            }
         }
     }
 
@@ -889,7 +898,12 @@ mod tests {
         let mut p = PublisherCore::new(&config()).unwrap();
         let mut out = Vec::new();
         p.tick(0, |d: &[u8]| out.push(d.to_vec()));
-        assert_eq!(seqs(&out), vec![(Kind::Heartbeat, vec![0, 0])]);
+        // Each heartbeat twice, so that one alone confirms its claim.
+        assert_eq!(
+            seqs(&out),
+            vec![(Kind::Heartbeat, vec![0, 0]), (Kind::Heartbeat, vec![0, 0])]
+        );
+        assert_eq!(out[0], out[1]);
         out.clear();
         p.publish(b"a", None, 50_000, |d: &[u8]| out.push(d.to_vec()))
             .unwrap();
@@ -898,8 +912,11 @@ mod tests {
         p.tick(159_999, |d: &[u8]| out.push(d.to_vec()));
         assert_eq!(seqs(&out), vec![(Kind::Data, vec![1])]);
         p.tick(160_000, |d: &[u8]| out.push(d.to_vec()));
-        assert_eq!(out.len(), 2);
-        assert_eq!(seqs(&out[1..]), vec![(Kind::Heartbeat, vec![1, 1])]);
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            seqs(&out[1..]),
+            vec![(Kind::Heartbeat, vec![1, 1]), (Kind::Heartbeat, vec![1, 1])]
+        );
         out.clear();
         p.close(200_000, |d: &[u8]| out.push(d.to_vec()));
         p.tick(250_000, |d: &[u8]| out.push(d.to_vec()));
@@ -907,6 +924,7 @@ mod tests {
         assert_eq!(
             seqs(&out),
             vec![
+                (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),
                 (Kind::EndOfStream, vec![1, 1]),

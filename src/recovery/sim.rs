@@ -156,6 +156,8 @@ struct Net {
     down: Link,
     /// Live data units for which this returns true are lost on every line.
     drop_live: fn(u64) -> bool,
+    /// Heartbeats still to lose on every line, from the next one sent.
+    lose_heartbeats: u32,
     limits: Limits,
     truth: Truth,
 }
@@ -179,6 +181,14 @@ impl Net {
 
     /// A datagram from the publisher to the stream's lines.
     fn live(&mut self, now: u64, d: &[u8]) {
+        let heartbeat = matches!(
+            frame::decode(d, &self.limits).map(|d| d.frame),
+            Ok(Frame::Heartbeat { .. })
+        );
+        if heartbeat && self.lose_heartbeats > 0 {
+            self.lose_heartbeats -= 1;
+            return;
+        }
         let units = units(d, &self.limits);
         if units.iter().any(|u| (self.drop_live)(u.0)) {
             return;
@@ -326,6 +336,7 @@ impl Sim {
                 up: UNICAST,
                 down: UNICAST,
                 drop_live: |_| false,
+                lose_heartbeats: 0,
                 limits,
                 truth: Truth::default(),
             },
@@ -903,6 +914,69 @@ fn a_heartbeat_reveals_a_lost_tail() {
     assert_eq!(c.recovered, 5);
     assert!(c.heartbeats_received > 0);
     assert_eq!(sim.net.truth.requests.first(), Some(&(96, 101)));
+}
+
+/// A publisher that sends one message and then waits (as in a round
+/// trip), with a heartbeat interval of 1 ms: the message it is idle after
+/// is lost on the line, and so are the first `lost_heartbeats`
+/// heartbeats after it. Returns how long after its publication message 3
+/// was delivered.
+fn idle_loss_recovery_time(lost_heartbeats: u32) -> u64 {
+    let interval = 5 * MS;
+    let mut sim = Sim::new(
+        12,
+        SubscriberConfig {
+            publisher_timeout: Duration::from_millis(20),
+            ..sub_config()
+        },
+        PublisherConfig {
+            heartbeat_interval: Duration::from_millis(1),
+            ..pub_config(1)
+        },
+        Load {
+            messages: 5,
+            interval,
+            flush_ppm: 1_000_000,
+            ..SMALL
+        },
+    );
+    sim.net.drop_live = |seq| seq == 3;
+    let published_3 = FIRST_PUBLISH + 2 * interval;
+    sim.run_until(published_3);
+    sim.net.lose_heartbeats = lost_heartbeats;
+    sim.run(MS);
+    sim.assert_all_delivered(1, 5);
+    let c = sim.sub.counters();
+    assert_eq!((c.recovered, c.unrecoverable), (1, 0));
+    assert_eq!(c.drops.total() - c.drops.unconfirmed_claim, 0, "{c:?}");
+    let delivered_3 = sim
+        .events
+        .iter()
+        .find(|(_, e)| matches!(e, Ev::Msg(3, _)))
+        .map(|&(t, _)| t)
+        .unwrap();
+    delivered_3 - published_3
+}
+
+#[test]
+fn a_message_lost_on_an_idle_stream_is_recovered_after_one_heartbeat() {
+    // The heartbeat is due 1 ms after the message; then a request and a
+    // reply (about 30 µs here). A second heartbeat would come 1 ms later.
+    let t = idle_loss_recovery_time(0);
+    assert!((MS..MS + 100 * US).contains(&t), "recovered after {t} ns");
+}
+
+#[test]
+fn a_lost_heartbeat_on_an_idle_stream_delays_recovery_by_one_interval() {
+    // One copy of the first heartbeat lost: the next heartbeat completes
+    // the claim. Both copies lost: the next heartbeat alone is enough.
+    for lost in [1, 2] {
+        let t = idle_loss_recovery_time(lost);
+        assert!(
+            (2 * MS..2 * MS + 100 * US).contains(&t),
+            "{lost} lost: recovered after {t} ns"
+        );
+    }
 }
 
 #[test]

@@ -37,7 +37,9 @@
 //! A new epoch, or a sequence more than `max_jump` ahead (or beyond the
 //! reorder window), needs `confirm` consecutive live datagrams from the
 //! source that agree. A heartbeat announcing messages not seen, and an end
-//! of stream, need the next live datagram to repeat the claim. A
+//! of stream, need the next live datagram to repeat the claim (the
+//! publisher sends each twice in a row, so a genuine one is believed at
+//! its second copy). A
 //! not-available reply counts only for sequences asked for, and only the
 //! second time (the first makes the request go out again at once). Each
 //! refusal is a [`DropReason`] with its own counter.
