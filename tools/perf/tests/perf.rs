@@ -722,6 +722,19 @@ fn pingpong_over_a_tcp_session() {
 
 #[test]
 fn pingpong_over_two_udp_streams() {
+    // A loaded test machine can pause either process for a second or more
+    // (seen at 200-470 ms routinely): give both streams a publisher
+    // timeout and retry budget that outlast such a stall, so the test
+    // checks the protocol, not the scheduler.
+    let s = Scratch::new("udp-pingpong");
+    let mut cfg = std::fs::read_to_string(&s.config).unwrap();
+    for dir in ["ping", "pong"] {
+        cfg += &format!(
+            "[streams.\"{}.{dir}\"]\nheartbeat_timeout = \"30s\"\nretransmit_retries = 300\n",
+            s.name
+        );
+    }
+    std::fs::write(&s.config, cfg).unwrap();
     let out = measure(&[
         "pingpong",
         "--transport",
@@ -732,6 +745,10 @@ fn pingpong_over_two_udp_streams() {
         "2000",
         "--warmup",
         "100",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
         "--json",
     ]);
     let v = json_of(&out);
