@@ -141,7 +141,7 @@ typedef struct mdbus_session mdbus_session;
 #define MDBUS_EVENT_SOURCE_GAP 7
 
 // A publisher's counters (the datagram ones are 0 on shared memory).
-typedef struct mdbus_publisher_stats {
+typedef struct mdbus_publisher_counters {
   // Messages published through this handle.
   uint64_t published;
   // The sequence number the next message will carry.
@@ -156,7 +156,7 @@ typedef struct mdbus_publisher_stats {
   uint64_t retransmitted;
   // Datagram transports: datagrams sent.
   uint64_t datagrams_sent;
-} mdbus_publisher_stats;
+} mdbus_publisher_counters;
 
 // One event, valid (with its payload) only during the callback call.
 // Fields that do not apply to `kind` are 0 (and `payload` null).
@@ -190,17 +190,17 @@ typedef struct mdbus_event {
 typedef void (*mdbus_event_cb)(void *ctx, const struct mdbus_event *event);
 
 // A session end's counters.
-typedef struct mdbus_session_stats {
+typedef struct mdbus_session_counters {
   // Messages sent.
   uint64_t sent;
   // Messages received.
   uint64_t received;
   // Times a send found the peer without room and waited.
   uint64_t backpressured;
-} mdbus_session_stats;
+} mdbus_session_counters;
 
 // A subscriber's counters (the datagram ones are 0 on shared memory).
-typedef struct mdbus_subscriber_stats {
+typedef struct mdbus_subscriber_counters {
   // Messages delivered.
   uint64_t received;
   // Overrun events.
@@ -223,7 +223,7 @@ typedef struct mdbus_subscriber_stats {
   uint64_t requests_sent;
   // Datagram transports: heartbeats received.
   uint64_t heartbeats_received;
-} mdbus_subscriber_stats;
+} mdbus_subscriber_counters;
 
 #ifdef __cplusplus
 extern "C" {
@@ -331,7 +331,7 @@ int32_t mdbus_publisher_service(mdbus_publisher *publisher);
 //
 // # Safety
 // `publisher` is an open publisher handle; `out` is writable.
-int32_t mdbus_publisher_stats(mdbus_publisher *publisher, struct mdbus_publisher_stats *out);
+int32_t mdbus_publisher_stats(mdbus_publisher *publisher, struct mdbus_publisher_counters *out);
 
 // Closes the publisher (null: nothing): subscribers see end of stream.
 //
@@ -398,7 +398,7 @@ int32_t mdbus_session_poll(mdbus_session *session, mdbus_event_cb cb, void *ctx)
 //
 // # Safety
 // `session` is an open session handle; `out` is writable.
-int32_t mdbus_session_stats(mdbus_session *session, struct mdbus_session_stats *out);
+int32_t mdbus_session_stats(mdbus_session *session, struct mdbus_session_counters *out);
 
 // Closes this end in order (null: nothing): the peer's polls return
 // `MDBUS_ERR_PEER_CLOSED` once it has read everything sent before.
@@ -429,7 +429,7 @@ int32_t mdbus_subscriber_poll(mdbus_subscriber *subscriber, mdbus_event_cb cb, v
 //
 // # Safety
 // `subscriber` is an open subscriber handle; `out` is writable.
-int32_t mdbus_subscriber_stats(mdbus_subscriber *subscriber, struct mdbus_subscriber_stats *out);
+int32_t mdbus_subscriber_stats(mdbus_subscriber *subscriber, struct mdbus_subscriber_counters *out);
 
 // Closes the subscriber (null: nothing).
 //

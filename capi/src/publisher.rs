@@ -52,7 +52,7 @@ impl mdbus_publisher {
 /// A publisher's counters (the datagram ones are 0 on shared memory).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct mdbus_publisher_stats {
+pub struct mdbus_publisher_counters {
     /// Messages published through this handle.
     pub published: u64,
     /// The sequence number the next message will carry.
@@ -254,7 +254,7 @@ pub unsafe extern "C" fn mdbus_publisher_service(publisher: *mut mdbus_publisher
 #[no_mangle]
 pub unsafe extern "C" fn mdbus_publisher_stats(
     publisher: *mut mdbus_publisher,
-    out: *mut mdbus_publisher_stats,
+    out: *mut mdbus_publisher_counters,
 ) -> i32 {
     guard(|| {
         // SAFETY: forwarded contract.
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn mdbus_publisher_stats(
             ));
         }
         let r = p.recovery_counters().unwrap_or_default();
-        let s = mdbus_publisher_stats {
+        let s = mdbus_publisher_counters {
             published: p.published(),
             next_seq: p.next_seq(),
             max_message: p.max_message() as u64,

@@ -49,7 +49,7 @@ impl mdbus_session {
 /// A session end's counters.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct mdbus_session_stats {
+pub struct mdbus_session_counters {
     /// Messages sent.
     pub sent: u64,
     /// Messages received.
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn mdbus_session_poll(
 #[no_mangle]
 pub unsafe extern "C" fn mdbus_session_stats(
     session: *mut mdbus_session,
-    out: *mut mdbus_session_stats,
+    out: *mut mdbus_session_counters,
 ) -> i32 {
     guard(|| {
         // SAFETY: forwarded contract.
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn mdbus_session_stats(
                 "the stats output pointer is null",
             ));
         }
-        let c = mdbus_session_stats {
+        let c = mdbus_session_counters {
             sent: s.sent,
             received: s.received,
             backpressured: s.backpressured,

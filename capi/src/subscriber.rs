@@ -29,7 +29,7 @@ impl Tagged for mdbus_subscriber {
 /// A subscriber's counters (the datagram ones are 0 on shared memory).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct mdbus_subscriber_stats {
+pub struct mdbus_subscriber_counters {
     /// Messages delivered.
     pub received: u64,
     /// Overrun events.
@@ -116,7 +116,7 @@ pub unsafe extern "C" fn mdbus_subscriber_poll(
 #[no_mangle]
 pub unsafe extern "C" fn mdbus_subscriber_stats(
     subscriber: *mut mdbus_subscriber,
-    out: *mut mdbus_subscriber_stats,
+    out: *mut mdbus_subscriber_counters,
 ) -> i32 {
     guard(|| {
         // SAFETY: forwarded contract.
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn mdbus_subscriber_stats(
         }
         let s = sub.stats();
         let r = sub.recovery_counters().unwrap_or_default();
-        let c = mdbus_subscriber_stats {
+        let c = mdbus_subscriber_counters {
             received: s.received,
             overruns: s.overruns,
             overrun_messages: s.overrun_messages,
