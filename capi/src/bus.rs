@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 
 use crate::errors::guard;
-use crate::handle::{give, shared, take, text, Tagged, DEAD};
+use crate::handle::{give, need_out, shared, take, text, Tagged, DEAD};
 
 /// A configured bus (opaque). Unlike the channel handles it may be used
 /// from several threads at once; close it after every handle opened from
@@ -47,6 +47,7 @@ fn open(cfg: mdbus::Config, out: *mut *mut mdbus_bus) -> Result<i32, crate::erro
 #[no_mangle]
 pub unsafe extern "C" fn mdbus_bus_open_file(path: *const c_char, out: *mut *mut mdbus_bus) -> i32 {
     guard(|| {
+        need_out(out)?;
         // SAFETY: forwarded contract.
         let path = unsafe { text(path, "configuration path") }?;
         open(mdbus::Config::from_file(path)?, out)
@@ -61,6 +62,7 @@ pub unsafe extern "C" fn mdbus_bus_open_file(path: *const c_char, out: *mut *mut
 #[no_mangle]
 pub unsafe extern "C" fn mdbus_bus_open_toml(toml: *const c_char, out: *mut *mut mdbus_bus) -> i32 {
     guard(|| {
+        need_out(out)?;
         // SAFETY: forwarded contract.
         let toml = unsafe { text(toml, "configuration text") }?;
         open(mdbus::Config::from_toml_str(toml, "<toml>")?, out)

@@ -19,6 +19,14 @@ pub(crate) trait Tagged {
 /// The tag a closed handle carries until its memory is freed.
 pub(crate) const DEAD: u64 = 0xdead_dead_dead_dead;
 
+/// Refuses a null output pointer before any work is done.
+pub(crate) fn need_out<T>(out: *mut *mut T) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::new(MDBUS_ERR_NULL, "the output pointer is null"));
+    }
+    Ok(())
+}
+
 /// Boxes `value` and stores the pointer in `*out`.
 ///
 /// # Safety

@@ -32,3 +32,6 @@ pub use event::*;
 pub use publisher::*;
 pub use session::*;
 pub use subscriber::*;
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use crate::bus::mdbus_bus;
 use crate::errors::{guard, Failure, MDBUS_ERR_INVALID_ARGUMENT, MDBUS_ERR_NULL};
-use crate::handle::{bytes, give, live, put, shared, take, text, Tagged, DEAD};
+use crate::handle::{bytes, give, live, need_out, put, shared, take, text, Tagged, DEAD};
 
 /// The publisher of one stream (opaque). Send, not Sync: one thread at a
 /// time.
@@ -82,6 +82,7 @@ pub unsafe extern "C" fn mdbus_publisher_open(
     out: *mut *mut mdbus_publisher,
 ) -> i32 {
     guard(|| {
+        need_out(out)?;
         // SAFETY: forwarded contracts.
         let (bus, name) = unsafe { (shared(bus)?, text(name, "stream name")?) };
         let p = bus.bus.publisher(name)?;

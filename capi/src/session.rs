@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use crate::bus::mdbus_bus;
 use crate::errors::{guard, Failure, MDBUS_ERR_INVALID_ARGUMENT, MDBUS_ERR_NULL};
 use crate::event::{deliver, mdbus_event_cb, message};
-use crate::handle::{bytes, give, live, put, shared, take, text, Tagged, DEAD};
+use crate::handle::{bytes, give, live, need_out, put, shared, take, text, Tagged, DEAD};
 
 /// One end of a session (opaque). Send, not Sync: one thread at a time.
 #[repr(C)]
@@ -69,6 +69,7 @@ unsafe fn open(
     how: Open,
 ) -> i32 {
     guard(|| {
+        need_out(out)?;
         // SAFETY: forwarded contracts.
         let (bus, name) = unsafe { (shared(bus)?, text(name, "session name")?) };
         let s = how(&bus.bus, name)?;

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void};
 use crate::bus::mdbus_bus;
 use crate::errors::{guard, Failure, MDBUS_ERR_NULL};
 use crate::event::{deliver, from_event, mdbus_event_cb};
-use crate::handle::{give, live, put, shared, take, text, Tagged, DEAD};
+use crate::handle::{give, live, need_out, put, shared, take, text, Tagged, DEAD};
 
 /// A subscriber of one stream (opaque). Send, not Sync: one thread at a
 /// time.
@@ -67,6 +67,7 @@ pub unsafe extern "C" fn mdbus_subscriber_open(
     out: *mut *mut mdbus_subscriber,
 ) -> i32 {
     guard(|| {
+        need_out(out)?;
         // SAFETY: forwarded contracts.
         let (bus, name) = unsafe { (shared(bus)?, text(name, "stream name")?) };
         let subscriber = bus.bus.subscriber(name)?;
