@@ -155,16 +155,17 @@ impl Publisher {
     /// subscribers.
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
-        let max = self.max_message();
+        // A served publisher is entered here (one handshake per message)
+        // and stays entered until the claim is committed or dropped.
+        let max = with_pub!(&self.inner, t => t.max_message());
         if len > max {
+            self.inner.leave();
             return Err(Error::MessageTooLarge {
                 len,
                 max,
                 channel: format!("stream `{}`", self.name),
             });
         }
-        // A served publisher stays entered until the claim is committed or
-        // dropped.
         let claimed =
             with_pub!(&mut self.inner, t => t.claim(len)).map(|b| (b.as_mut_ptr(), b.len()));
         let (ptr, len) = match claimed {
