@@ -20,6 +20,7 @@ from ._mdbus import (  # noqa: F401
     Record,
     Session,
     Subscriber,
+    hlog_percentiles,
     read_mdcap,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "Record",
     "Session",
     "Subscriber",
+    "hlog_percentiles",
     "read_mdcap",
 ]

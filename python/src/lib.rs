@@ -413,6 +413,41 @@ fn read_mdcap(path: &str) -> PyResult<Mdcap> {
     })
 }
 
+/// Percentiles of an `.hlog` latency log (as `mdbus-replay run` writes),
+/// all intervals merged: a dict with "count", "min", "max", "mean" and
+/// "percentiles" ({percentile: value}). Values are in the log's unit (ns).
+#[pyfunction]
+#[pyo3(signature = (path, percentiles=vec![50.0, 90.0, 99.0, 99.9, 99.99]))]
+fn hlog_percentiles<'py>(
+    py: Python<'py>,
+    path: &str,
+    percentiles: Vec<f64>,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let mut merged: Option<hdrhistogram::Histogram<u64>> = None;
+    mdbus_replay::hlog::read_hlog(std::path::Path::new(path), |i| {
+        match &mut merged {
+            None => merged = Some(i.histogram),
+            Some(m) => m.add(&i.histogram).map_err(|e| {
+                mdbus_replay::ReplayError::Run(format!("{path}: line {}: {e:?}", i.line))
+            })?,
+        }
+        Ok(())
+    })
+    .map_err(err)?;
+    let h = merged.ok_or_else(|| Error::new_err(format!("{path} holds no interval")))?;
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("count", h.len())?;
+    out.set_item("min", h.min())?;
+    out.set_item("max", h.max())?;
+    out.set_item("mean", h.mean())?;
+    let p = pyo3::types::PyDict::new(py);
+    for q in percentiles {
+        p.set_item(q, h.value_at_percentile(q))?;
+    }
+    out.set_item("percentiles", p)?;
+    Ok(out)
+}
+
 #[pymodule]
 fn _mdbus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
@@ -425,5 +460,6 @@ fn _mdbus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Record>()?;
     m.add_class::<Mdcap>()?;
     m.add_function(wrap_pyfunction!(read_mdcap, m)?)?;
+    m.add_function(wrap_pyfunction!(hlog_percentiles, m)?)?;
     Ok(())
 }

@@ -183,3 +183,40 @@ def test_reads_a_recording_of_the_relay_demo():
     assert all(r.timestamp_ns > 0 for r in records)
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["recorded"], summary["record_errors"]) == (len(records), 0), summary
+
+
+def test_hlog_percentiles_agree_with_the_hdrhistogram_package():
+    from hdrh.histogram import HdrHistogram
+    from hdrh.log import HistogramLogReader
+
+    replay = os.environ.get("MDBUS_REPLAY") or os.path.join(ROOT, "target", "release", "mdbus-replay")
+    if not os.access(replay, os.X_OK):
+        why = f"{replay} is missing: cargo build --release -p mdbus-replay"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    d = tempfile.mkdtemp(prefix="mdbus-py-hlog-")
+    day = os.path.join(d, "day.itch")
+    subprocess.run([replay, "synth", "--messages", "20000", "--out", day], check=True, timeout=300)
+    out = os.path.join(d, "run")
+    subprocess.run(
+        [replay, "run", day, "--transport", "shm", "--rate", "max", "--out", out, "--json"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
+    path = os.path.join(out, "latency.hlog")
+    ours = mdbus.hlog_percentiles(path, [50.0, 90.0, 99.0, 99.9])
+
+    reference = HdrHistogram(1, 3600 * 1000 * 1000 * 1000, 3)
+    merged = HdrHistogram(1, 3600 * 1000 * 1000 * 1000, 3)
+    reader = HistogramLogReader(path, reference)
+    while True:
+        h = reader.get_next_interval_histogram()
+        if h is None:
+            break
+        merged.add(h)
+    assert ours["count"] == merged.get_total_count() > 0
+    assert merged.values_are_equivalent(ours["max"], merged.get_max_value())
+    for q, v in ours["percentiles"].items():
+        assert merged.values_are_equivalent(v, merged.get_value_at_percentile(q)), (q, v)
