@@ -363,6 +363,22 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_side_is_fence_free_where_the_kernel_has_membarrier() {
+        // MEMBARRIER_CMD_QUERY: the commands this kernel supports.
+        // SAFETY: integer arguments only.
+        let supported = unsafe { libc::syscall(libc::SYS_membarrier, 0 as libc::c_long, 0) };
+        let expedited = supported > 0 && supported & (1 << 4) != 0;
+        assert_eq!(
+            super::membarrier::register(),
+            expedited,
+            "query said {supported:#x}"
+        );
+        if expedited {
+            assert!(super::membarrier::expedited().is_ok());
+        }
+    }
+
+    #[test]
     fn an_owner_that_never_calls_service_still_serves_a_late_joiner() {
         let bus = bus(0, "late_join = \"oldest\"\n");
         let mut p = bus.publisher("md").unwrap();
