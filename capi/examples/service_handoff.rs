@@ -6,9 +6,9 @@
 //! cargo run --release -p mdbus-capi --example service_handoff
 //! ```
 //!
-//! Two loops per setting, each the median of 5 batches: `claim` then drop
-//! (no send: the publisher's own path, where the handshake sits) and
-//! `publish` of 32 bytes (with the sendto system call). The service thread
+//! Three loops per setting, each the median of 5 batches: `next_seq()`
+//! (the handshake alone: enter, read a field, leave), `claim` then drop (no
+//! send) and `publish` of 32 bytes (with the sendto system call). The service thread
 //! runs with a round every 1 ms (the default) and every 1 s, which tells
 //! the handshake's own cost from that of the rounds (membarrier's
 //! interruptions, the thread's own work on a shared machine).
@@ -37,9 +37,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn measure(service: Option<&str>, port: u32) -> (f64, f64) {
+fn measure(service: Option<&str>, port: u32) -> (f64, f64, f64) {
     let bus = bus(service, port);
     let mut p = bus.publisher("md").unwrap();
+    // The handshake alone: enter, read a field, leave.
+    let getters = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..CLAIMS {
+                std::hint::black_box(p.next_seq());
+            }
+            t.elapsed().as_nanos() as f64 / f64::from(CLAIMS)
+        })
+        .collect();
     let claims = (0..5)
         .map(|_| {
             let t = Instant::now();
@@ -60,7 +70,7 @@ fn measure(service: Option<&str>, port: u32) -> (f64, f64) {
             t.elapsed().as_nanos() as f64 / f64::from(PUBLISHES)
         })
         .collect();
-    (median(claims), median(publishes))
+    (median(claims), median(publishes), median(getters))
 }
 
 fn main() {
@@ -71,6 +81,10 @@ fn main() {
     println!("UDP publisher on loopback, ns per operation (median of 5 batches)");
     println!("| operation | no service thread | service thread, interval 1ms | interval 1s |");
     println!("| --- | --- | --- | --- |");
+    println!(
+        "| next_seq() | {:.1} | {:.1} | {:.1} |",
+        off.2, on.2, slow.2
+    );
     println!(
         "| claim + drop | {:.1} | {:.1} | {:.1} |",
         off.0, on.0, slow.0
