@@ -22,6 +22,7 @@ from ._mdbus import (  # noqa: F401
     Subscriber,
     hlog_percentiles,
     read_mdcap,
+    read_mdcap_columns,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "Subscriber",
     "hlog_percentiles",
     "read_mdcap",
+    "read_mdcap_columns",
 ]

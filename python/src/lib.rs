@@ -413,6 +413,40 @@ fn read_mdcap(path: &str) -> PyResult<Mdcap> {
     })
 }
 
+/// An `.mdcap` recording as columns: a dict of `array.array` ("Q":
+/// "timestamp_ns", "sequence"; "I": "length"), one entry per record.
+/// `numpy.asarray(cols["sequence"])` wraps one without a copy.
+#[pyfunction]
+fn read_mdcap_columns<'py>(
+    py: Python<'py>,
+    path: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let (mut ts, mut seq, mut len) = (Vec::new(), Vec::new(), Vec::new());
+    py.detach(|| -> Result<(), mdbus_feed::mdcap::MdcapError> {
+        let mut r = mdbus_feed::mdcap::MdcapReader::open(path)?;
+        while let Some(rec) = r.next_record()? {
+            ts.extend_from_slice(&rec.timestamp_ns.to_ne_bytes());
+            seq.extend_from_slice(&rec.sequence.to_ne_bytes());
+            // The file stores each length as a u32, so it fits.
+            let n = u32::try_from(rec.data.len()).unwrap_or(u32::MAX);
+            len.extend_from_slice(&n.to_ne_bytes());
+        }
+        Ok(())
+    })
+    .map_err(err)?;
+    let array = py.import("array")?.getattr("array")?;
+    let column = |code: &str, bytes: &[u8]| -> PyResult<Bound<'py, PyAny>> {
+        let a = array.call1((code,))?;
+        a.call_method1("frombytes", (PyBytes::new(py, bytes),))?;
+        Ok(a)
+    };
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("timestamp_ns", column("Q", &ts)?)?;
+    out.set_item("sequence", column("Q", &seq)?)?;
+    out.set_item("length", column("I", &len)?)?;
+    Ok(out)
+}
+
 /// Percentiles of an `.hlog` latency log (as `mdbus-replay run` writes),
 /// all intervals merged: a dict with "count", "min", "max", "mean" and
 /// "percentiles" ({percentile: value}). Values are in the log's unit (ns).
@@ -461,5 +495,6 @@ fn _mdbus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Mdcap>()?;
     m.add_function(wrap_pyfunction!(read_mdcap, m)?)?;
     m.add_function(wrap_pyfunction!(hlog_percentiles, m)?)?;
+    m.add_function(wrap_pyfunction!(read_mdcap_columns, m)?)?;
     Ok(())
 }

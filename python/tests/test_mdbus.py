@@ -181,6 +181,11 @@ def test_reads_a_recording_of_the_relay_demo():
     # Every record is one ITCH 5.0 message: a known type letter first.
     assert all(r.data[:1] in b"SRHYLVWKJhAFECXDUPQBINO" for r in records)
     assert all(r.timestamp_ns > 0 for r in records)
+    cols = mdbus.read_mdcap_columns(path)
+    assert list(cols["sequence"]) == seqs
+    assert list(cols["timestamp_ns"]) == [r.timestamp_ns for r in records]
+    assert list(cols["length"]) == [len(r.data) for r in records]
+    assert cols["sequence"].itemsize == 8 and cols["length"].itemsize == 4
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["recorded"], summary["record_errors"]) == (len(records), 0), summary
 
