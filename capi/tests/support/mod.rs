@@ -70,12 +70,23 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A fresh directory under the build's target directory, removed first.
+/// A fresh directory under the build's target directory. Earlier runs'
+/// directories of the same name are removed first (each holds an installed
+/// copy of the libraries, tens of MB): cargo runs one test binary at a
+/// time, so none of them is in use.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = lib_dir()
-        .join("capi-tests")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let base = lib_dir().join("capi-tests");
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&format!("{name}-")))
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = base.join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
