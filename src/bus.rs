@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::config::{Config, StreamConfig, TransportKind};
 use crate::error::{Error, Result};
 use crate::names;
+use crate::service::{Datagram, ServiceThread};
 use crate::session::{Session, SessionImpl};
 use crate::stream::{Publisher, PublisherImpl, Subscriber, SubscriberImpl};
 use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
@@ -20,6 +21,9 @@ use crate::transport::verbs::{self, RcSession, UdLink, UdLinkConfig};
 pub struct Bus {
     config: Arc<Config>,
     transport: TransportKind,
+    /// The service thread (`[service] thread = true`); stops when the last
+    /// clone of the bus is dropped.
+    service: Option<Arc<ServiceThread>>,
 }
 
 impl Bus {
@@ -54,9 +58,15 @@ impl Bus {
             // sessions on TCP.
             TransportKind::Udp | TransportKind::Tcp => config.transport,
         };
+        let service = if config.service.thread {
+            Some(Arc::new(ServiceThread::start(&config.service)?))
+        } else {
+            None
+        };
         Ok(Bus {
             config: Arc::new(config),
             transport,
+            service,
         })
     }
 
@@ -90,6 +100,12 @@ impl Bus {
                 )?),
                 other => return Err(self.no_streams(other)),
             };
+        // Datagram publishers go to the service thread when there is one.
+        let inner = match (&self.service, inner) {
+            (Some(s), PublisherImpl::Udp(p)) => PublisherImpl::Served(s.serve(Datagram::Udp(p))),
+            (Some(s), PublisherImpl::Ud(p)) => PublisherImpl::Served(s.serve(Datagram::Ud(p))),
+            (_, inner) => inner,
+        };
         Ok(Publisher::new(inner, name, cfg.timestamps))
     }
 

@@ -124,6 +124,33 @@ pub struct ThreadConfig {
     pub device: String,
 }
 
+/// The bus's service thread: it does `service()` for the bus's datagram
+/// publishers (heartbeats, retransmissions, flushes) so that applications
+/// only publish. See docs/EMBEDDING.md ("The service thread").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Start the thread (default false: each publisher's owner calls
+    /// `service()` when idle).
+    pub thread: bool,
+    /// Core to pin it to; none: not pinned.
+    pub core: Option<usize>,
+    /// Time between two rounds over the publishers: the longest a
+    /// retransmit request or a due heartbeat waits.
+    #[serde(with = "duration_str")]
+    pub interval: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            thread: false,
+            core: None,
+            interval: Duration::from_millis(1),
+        }
+    }
+}
+
 /// One stream: one publisher, many subscribers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -392,6 +419,8 @@ pub struct Config {
     pub sessions: BTreeMap<String, SessionConfig>,
     /// Resource limits the sizes above are checked against.
     pub limits: LimitsConfig,
+    /// The optional service thread of datagram publishers.
+    pub service: ServiceConfig,
 }
 
 /// Largest `max_message` accepted.
@@ -424,6 +453,12 @@ impl Config {
     /// Checks every value; an error names the key and what is allowed.
     pub fn validate(&self, source_name: &str) -> Result<(), ConfigError> {
         let err = |key: String, msg: String| ConfigError::new(source_name, key, msg);
+        if self.service.thread && self.service.interval.is_zero() {
+            return Err(err(
+                "service.interval".into(),
+                "must be above 0: the service thread would never rest".into(),
+            ));
+        }
         for (name, s) in &self.streams {
             crate::names::check(name)
                 .map_err(|_| err(format!("streams.{name}"), NAME_RULE.into()))?;

@@ -67,6 +67,8 @@ pub mod names;
 #[cfg(not(loom))]
 pub mod recovery;
 #[cfg(not(loom))]
+mod service;
+#[cfg(not(loom))]
 pub mod session;
 #[cfg(not(loom))]
 pub mod stream;

@@ -47,6 +47,19 @@ pub(crate) enum PublisherImpl {
     Shm(ShmPublisher),
     Udp(DatagramPublisher<UdpLink>),
     Ud(DatagramPublisher<UdLink>),
+    /// A datagram publisher shared with the bus's service thread.
+    Served(crate::service::Served),
+}
+
+impl PublisherImpl {
+    /// Ends the call that entered a served publisher (see
+    /// `crate::service`); nothing for the others.
+    #[inline]
+    fn leave(&self) {
+        if let PublisherImpl::Served(s) = self {
+            s.leave();
+        }
+    }
 }
 
 /// The transport a subscriber runs on.
@@ -66,6 +79,10 @@ macro_rules! with_pub {
             PublisherImpl::Shm($t) => $body,
             PublisherImpl::Udp($t) => $body,
             PublisherImpl::Ud($t) => $body,
+            PublisherImpl::Served(s) => match s.enter() {
+                crate::service::Datagram::Udp($t) => $body,
+                crate::service::Datagram::Ud($t) => $body,
+            },
         }
     };
 }
@@ -96,12 +113,16 @@ impl Publisher {
 
     /// Largest payload accepted.
     pub fn max_message(&self) -> usize {
-        with_pub!(&self.inner, t => t.max_message())
+        let max = with_pub!(&self.inner, t => t.max_message());
+        self.inner.leave();
+        max
     }
 
     /// Sequence number the next message will carry.
     pub fn next_seq(&self) -> u64 {
-        with_pub!(&self.inner, t => t.next_seq())
+        let next = with_pub!(&self.inner, t => t.next_seq());
+        self.inner.leave();
+        next
     }
 
     /// Messages published by this handle.
@@ -117,6 +138,14 @@ impl Publisher {
             PublisherImpl::Shm(_) => None,
             PublisherImpl::Udp(t) => Some(t.counters()),
             PublisherImpl::Ud(t) => Some(t.counters()),
+            PublisherImpl::Served(s) => {
+                let c = match s.enter() {
+                    crate::service::Datagram::Udp(t) => t.counters(),
+                    crate::service::Datagram::Ud(t) => t.counters(),
+                };
+                s.leave();
+                Some(c)
+            }
         }
     }
 
@@ -126,16 +155,26 @@ impl Publisher {
     /// subscribers.
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
-        let max = self.max_message();
+        // A served publisher is entered here (one handshake per message)
+        // and stays entered until the claim is committed or dropped.
+        let max = with_pub!(&self.inner, t => t.max_message());
         if len > max {
+            self.inner.leave();
             return Err(Error::MessageTooLarge {
                 len,
                 max,
                 channel: format!("stream `{}`", self.name),
             });
         }
-        let buf = with_pub!(&mut self.inner, t => t.claim(len))?;
-        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        let claimed =
+            with_pub!(&mut self.inner, t => t.claim(len)).map(|b| (b.as_mut_ptr(), b.len()));
+        let (ptr, len) = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                self.inner.leave();
+                return Err(e);
+            }
+        };
         Ok(Claim {
             publisher: self,
             ptr,
@@ -156,7 +195,9 @@ impl Publisher {
     /// `autoflush = false`). Shared memory has nothing to batch.
     #[inline]
     pub fn flush(&mut self) -> Result<()> {
-        with_pub!(&mut self.inner, t => t.flush())
+        let r = with_pub!(&mut self.inner, t => t.flush());
+        self.inner.leave();
+        r
     }
 
     /// Does the publisher's duties between messages: flushes batched
@@ -167,7 +208,9 @@ impl Publisher {
     /// this, so there it returns at once.
     #[inline]
     pub fn service(&mut self) -> Result<()> {
-        with_pub!(&mut self.inner, t => t.service())
+        let r = with_pub!(&mut self.inner, t => t.service());
+        self.inner.leave();
+        r
     }
 
     /// Tells subscribers that messages `from..to` (end exclusive) of this
@@ -186,12 +229,13 @@ impl Publisher {
                 ),
             });
         }
-        let len = {
-            let mut c = self.claim(crate::wire::SOURCE_GAP_LEN)?;
-            c.copy_from_slice(&crate::wire::source_gap(from, to));
-            c.len
-        };
-        self.commit_flags(len, crate::wire::FLAG_SOURCE_GAP, None)
+        // Committed through the claim, so that a served publisher is not
+        // left between claim and commit.
+        let mut c = self.claim(crate::wire::SOURCE_GAP_LEN)?;
+        c.copy_from_slice(&crate::wire::source_gap(from, to));
+        let len = c.len;
+        c.publisher
+            .commit_flags(len, crate::wire::FLAG_SOURCE_GAP, None)
     }
 
     #[inline]
@@ -206,7 +250,9 @@ impl Publisher {
             Some(t) => (FLAG_TIMESTAMP | extra, t),
             None => (extra, 0),
         };
-        let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts))?;
+        let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts));
+        self.inner.leave();
+        let seq = seq?;
         self.published += 1;
         Ok(seq)
     }
@@ -242,6 +288,15 @@ impl Claim<'_> {
     #[inline]
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+    }
+}
+
+impl Drop for Claim<'_> {
+    /// A claim dropped without commit publishes nothing; a served publisher
+    /// is left so that the service thread may serve it again.
+    #[inline]
+    fn drop(&mut self) {
+        self.publisher.inner.leave();
     }
 }
 
