@@ -7,6 +7,7 @@ mod targets;
 
 use std::path::PathBuf;
 
+use mdbus_testkit::fuzz;
 use proptest::prelude::*;
 
 /// A fuzz target: panics when a property breaks.
@@ -18,19 +19,11 @@ const FUZZ_TARGETS: [(&str, Target); 2] = [
 ];
 
 fn seed_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/seeds")
-        .join(target)
+    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = seed_dir(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+    fuzz::seeds(&seed_dir(target))
 }
 
 #[test]
@@ -46,31 +39,11 @@ fn fuzz_targets_pass_on_their_seed_corpus() {
 
 /// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
 fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    let seeds = seeds(target);
-    let n = seeds.len();
-    prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..700),
-        (
-            0..n,
-            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..10)
-        )
-            .prop_map(move |(i, edits)| {
-                let mut s = seeds[i].clone();
-                for (at, byte, how) in edits {
-                    let at = if s.is_empty() { 0 } else { at % (s.len() + 1) };
-                    match how {
-                        0 if at < s.len() => s[at] = byte,
-                        1 => s.insert(at, byte),
-                        _ => s.truncate(at),
-                    }
-                }
-                s
-            }),
-    ]
+    fuzz::mutated_or_random(seeds(target), 700)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
     fn fuzz_target_frame(input in fuzz_input("frame")) {

@@ -2,27 +2,19 @@
 //! random bytes and mutated seeds. `cargo +nightly fuzz run shm_header`
 //! in `fuzz/` explores further.
 
-use std::path::PathBuf;
-
 use mdbus::transport::shm::segment::{encode_header, HeaderFields, Kind, SEALED_HEADER};
+use mdbus_testkit::fuzz;
 use proptest::prelude::*;
 
 #[path = "../fuzz/src/shm_header.rs"]
 mod targets;
 
-fn seed_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/seeds")
-        .join(target)
+fn seed_dir(target: &str) -> std::path::PathBuf {
+    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let mut files: Vec<_> = std::fs::read_dir(seed_dir(target))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
+    fuzz::seeds(&seed_dir(target))
 }
 
 #[test]
@@ -34,28 +26,13 @@ fn shm_header_passes_on_its_seed_corpus() {
     }
 }
 
+/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
 fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    let seeds = seeds(target);
-    let n = seeds.len();
-    prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..100),
-        (
-            0..n,
-            proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)
-        )
-            .prop_map(move |(i, flips)| {
-                let mut s = seeds[i].clone();
-                for (at, v) in flips {
-                    let len = s.len();
-                    s[at % len] = v;
-                }
-                s
-            }),
-    ]
+    fuzz::mutated_or_random(seeds(target), 100)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
     fn fuzz_target_shm_header(input in fuzz_input("shm_header")) {

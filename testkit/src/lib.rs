@@ -15,8 +15,13 @@
 //!
 //! Otherwise the skip line goes straight to stderr, past the test
 //! harness's capture, so it shows in a passing run.
+//!
+//! [`fuzz`] holds the other shared piece: the stable run of a cargo-fuzz
+//! target over its seed corpus and mutations of it.
 
 use std::io::Write;
+
+pub mod fuzz;
 
 /// What a test lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

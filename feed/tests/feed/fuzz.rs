@@ -5,6 +5,7 @@ use mdbus_feed::binaryfile::{BinaryFileError, BinaryFileReader, BinaryFileWriter
 use mdbus_feed::itch::{self, len_for, DecodeError, MESSAGE_TYPES};
 use mdbus_feed::moldudp64::{Packet, PacketBuilder, PacketError, Session};
 use mdbus_feed::pcap::CaptureReader;
+use mdbus_testkit::fuzz;
 use proptest::prelude::*;
 
 /// A well-formed message of any type with arbitrary field bytes.
@@ -198,19 +199,11 @@ const FUZZ_TARGETS: [(&str, Target); 4] = [
 ];
 
 fn seed_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/seeds")
-        .join(target)
+    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = seed_dir(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+    fuzz::seeds(&seed_dir(target))
 }
 
 #[test]
@@ -226,39 +219,11 @@ fn fuzz_targets_pass_on_their_seed_corpus() {
 
 /// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
 fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    let seeds = seeds(target);
-    let n = seeds.len();
-    prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..700),
-        (
-            0..n,
-            proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..10)
-        )
-            .prop_map(move |(i, edits)| {
-                let mut s = seeds[i].clone();
-                for (at, byte, how) in edits {
-                    let at = if s.is_empty() { 0 } else { at % (s.len() + 1) };
-                    match how {
-                        0 if at < s.len() => s[at] = byte,
-                        1 => s.insert(at, byte),
-                        _ => s.truncate(at),
-                    }
-                }
-                s
-            }),
-    ]
-}
-
-/// Inputs per target: 3,000, or `MDBUS_FUZZ_CASES` for a longer run.
-fn fuzz_cases() -> u32 {
-    std::env::var("MDBUS_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3_000)
+    fuzz::mutated_or_random(seeds(target), 700)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
     fn fuzz_target_moldudp64(input in fuzz_input("moldudp64")) {
