@@ -5,8 +5,6 @@
 
 mod verbs_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use mdbus::config::VerbsConfig;
@@ -14,36 +12,10 @@ use mdbus::transport::datagram::DatagramLink;
 use mdbus::transport::verbs::{UdLink, UdLinkConfig, UdPeer};
 use verbs_support::{addr_a, addr_b, rdma_or_skip, unique_group, unique_port};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; only counts on the side.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: mdbus_testkit::alloc::Counting = mdbus_testkit::alloc::Counting;
 
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+use mdbus_testkit::alloc::allocs;
 
 const ROUND_TRIPS: u64 = 20_000;
 

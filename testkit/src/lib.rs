@@ -21,6 +21,7 @@
 
 use std::io::Write;
 
+pub mod alloc;
 pub mod fuzz;
 
 /// What a test lacks.
