@@ -51,7 +51,11 @@ mod tests {
         let v = std::hint::black_box(vec![1u8; 64]);
         let mut s = std::hint::black_box(String::with_capacity(1));
         s.push_str("grows past its capacity");
-        assert_eq!(super::allocs() - before, 2 + 1, "vec, string, and its regrowth");
+        assert_eq!(
+            super::allocs() - before,
+            2 + 1,
+            "vec, string, and its regrowth"
+        );
         drop((v, s));
     }
 }
