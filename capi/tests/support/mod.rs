@@ -31,7 +31,7 @@ pub fn lib_dir() -> PathBuf {
     for f in ["libmdbus.so", "libmdbus.a"] {
         assert!(
             dir.join(f).exists(),
-            "{} is missing: cargo builds it with the crate's tests",
+            "{} is missing: `cargo build -p mdbus-capi` builds it (scripts/test-all does, before the tests)",
             dir.join(f).display()
         );
     }
