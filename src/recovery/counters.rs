@@ -132,6 +132,12 @@ pub struct Counters {
     /// Publisher: requested messages not sent because of the retransmit
     /// rate limit (the subscriber asks again after its timeout).
     pub retransmit_throttled: u64,
+    /// Publisher: requests answered to the stream's group (a repair every
+    /// subscriber sees) rather than to the requester alone.
+    pub repairs_to_group: u64,
+    /// Publisher: requested messages not sent again because they went to
+    /// the group moments before (within the repair linger).
+    pub requests_lingered: u64,
 
     /// Subscriber: messages delivered to the application.
     pub messages_delivered: u64,
@@ -149,6 +155,10 @@ pub struct Counters {
     /// Subscriber: messages that were missing and arrived by
     /// retransmission.
     pub recovered: u64,
+    /// Subscriber: of those, messages a repair brought before this
+    /// subscriber had asked for them (another subscriber's request; the
+    /// randomized NAK delay let it stay silent).
+    pub suppressed: u64,
     /// Subscriber: messages reported lost in [`Event::Gap`](crate::Event::Gap)s.
     pub unrecoverable: u64,
     /// Subscriber: [`Event::Gap`](crate::Event::Gap)s delivered.

@@ -47,6 +47,7 @@
 //! ```
 
 pub mod counters;
+pub mod fanout;
 pub mod frame;
 pub mod mac;
 mod packer;
@@ -64,8 +65,8 @@ mod sim;
 pub use counters::{Counters, Drops};
 pub use frame::DropReason;
 pub use mac::Mac;
-pub use publisher::{PublishError, PublisherConfig, PublisherCore};
-pub use subscriber::{Line, SubscriberConfig, SubscriberCore};
+pub use publisher::{Dest, PublishError, PublisherConfig, PublisherCore, Repair};
+pub use subscriber::{nak_wait, Line, SubscriberConfig, SubscriberCore};
 
 /// A zeroed buffer of `len` bytes with every page written once, so the
 /// first use on the hot path does not take page faults.

@@ -69,6 +69,44 @@ pub struct PublisherConfig {
     /// [`mac`](super::mac)), checked before anything else. The driver
     /// seals what the publisher sends.
     pub key: Option<Key>,
+    /// Where retransmissions go (see [`Repair`]).
+    pub repair: Repair,
+    /// After a range went to the group, requests for it are ignored for
+    /// this long: the repair is on its way to every subscriber, and
+    /// resending it for each of their requests is what feedback
+    /// implosion is made of. Keep it below the subscribers' request
+    /// timeout, so that a subscriber that lost the repair too gets it
+    /// when it asks again.
+    pub repair_linger: Duration,
+}
+
+/// Where a publisher sends the messages a subscriber asked for again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Repair {
+    /// To the requester alone.
+    #[default]
+    Requester,
+    /// To the stream's group: every subscriber that lost the same
+    /// datagram gets it without asking.
+    Group,
+    /// To the requester, unless another subscriber asked for an
+    /// overlapping range within the linger time: then to the group (loss
+    /// upstream of several subscribers). A lone late joiner or a lone
+    /// lossy receiver is answered alone.
+    Auto,
+}
+
+/// Recent repairs remembered for the linger and for [`Repair::Auto`].
+const RECENT_REPAIRS: usize = 64;
+
+/// One repair sent: `from..to`, when, to whom.
+#[derive(Debug, Clone, Copy, Default)]
+struct RecentRepair {
+    from: u64,
+    to: u64,
+    at: u64,
+    requester: u64,
+    group: bool,
 }
 
 impl PublisherConfig {
@@ -76,7 +114,8 @@ impl PublisherConfig {
     /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
     /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
     /// request, 100,000 messages per second per requester, 200,000 for all
-    /// requesters together (bursts of 8192).
+    /// requesters together (bursts of 8192), repairs to the requester, a
+    /// 1 ms linger.
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
             stream_id,
@@ -92,6 +131,8 @@ impl PublisherConfig {
             retransmit_global_rate: 200_000,
             retransmit_reply_bytes: 64 * 1024,
             key: None,
+            repair: Repair::Requester,
+            repair_linger: Duration::from_millis(1),
         }
     }
 
@@ -262,6 +303,20 @@ pub struct PublisherCore {
     last_sent: Option<u64>,
     closed: bool,
     counters: Counters,
+    repair: Repair,
+    linger_ns: u64,
+    /// A ring of the last repairs sent, newest at `recent_next - 1`.
+    recent: [RecentRepair; RECENT_REPAIRS],
+    recent_next: usize,
+}
+
+/// Where one reply datagram goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// Back to the requester.
+    Requester,
+    /// To the stream's group (both lines with A/B).
+    Group,
 }
 
 impl PublisherCore {
@@ -295,6 +350,10 @@ impl PublisherCore {
             last_sent: None,
             closed: false,
             counters: Counters::default(),
+            repair: cfg.repair,
+            linger_ns: cfg.repair_linger.as_nanos().min(u64::MAX as u128) as u64,
+            recent: [RecentRepair::default(); RECENT_REPAIRS],
+            recent_next: 0,
         })
     }
 
@@ -478,20 +537,60 @@ impl PublisherCore {
         now: u64,
         mut reply: R,
     ) -> Result<(), DropReason> {
+        self.on_request(requester, datagram, now, |_, d| reply(d))
+    }
+
+    /// [`on_datagram_from`](Self::on_datagram_from) where replies may also
+    /// go to the stream's group: `send` gets each datagram with where it
+    /// goes ([`Dest`]), as the configured [`Repair`] decides. Not-available
+    /// notices always go to the requester.
+    pub fn on_request<S: FnMut(Dest, &[u8])>(
+        &mut self,
+        requester: u64,
+        datagram: &[u8],
+        now: u64,
+        mut send: S,
+    ) -> Result<(), DropReason> {
         self.counters.datagrams_received += 1;
-        let result = self.handle(requester, datagram, now, &mut reply);
+        let result = self.handle(requester, datagram, now, &mut send);
         if let Err(r) = result {
             self.counters.drops.record(r);
         }
         result
     }
 
-    fn handle<R: FnMut(&[u8])>(
+    /// Trims `from..end` of what went to the group within the linger time,
+    /// and says whether another requester asked for part of it then
+    /// (which, with [`Repair::Auto`], sends it to the group).
+    fn recall(&self, requester: u64, mut from: u64, end: u64, now: u64) -> (u64, bool) {
+        let mut shared = false;
+        // Newest first: a later repair covering the start is found first.
+        for k in 1..=RECENT_REPAIRS {
+            let r = &self.recent[(self.recent_next + RECENT_REPAIRS - k) % RECENT_REPAIRS];
+            if r.to == 0 || now.saturating_sub(r.at) >= self.linger_ns {
+                continue;
+            }
+            if r.from <= from && from < r.to && r.group {
+                from = r.to.min(end);
+            }
+            if r.from < end && from < r.to && !r.group && r.requester != requester {
+                shared = true;
+            }
+        }
+        (from, shared)
+    }
+
+    fn remember(&mut self, r: RecentRepair) {
+        self.recent[self.recent_next] = r;
+        self.recent_next = (self.recent_next + 1) % RECENT_REPAIRS;
+    }
+
+    fn handle<S: FnMut(Dest, &[u8])>(
         &mut self,
         requester: u64,
         datagram: &[u8],
         now: u64,
-        reply: &mut R,
+        send: &mut S,
     ) -> Result<(), DropReason> {
         if let Some(mac) = &self.mac {
             mac.verify(datagram)?;
@@ -524,11 +623,22 @@ impl PublisherCore {
                 from,
                 gone_to - from,
             );
-            reply(&self.control);
+            send(Dest::Requester, &self.control);
             self.counters.not_available_sent += 1;
             self.counters.datagrams_sent += 1;
         }
-        let start = from.max(oldest);
+        let asked = from.max(oldest);
+        let (start, shared) = if asked < end && self.repair != Repair::Requester {
+            self.recall(requester, asked, end, now)
+        } else {
+            (asked, false)
+        };
+        self.counters.requests_lingered += start - asked;
+        let dest = match self.repair {
+            Repair::Group => Dest::Group,
+            Repair::Auto if shared => Dest::Group,
+            _ => Dest::Requester,
+        };
         if start < end {
             // What one reply may hold: `retransmit_burst` messages and
             // `retransmit_reply_bytes`, at least one message.
@@ -555,17 +665,26 @@ impl PublisherCore {
                 return Err(DropReason::OverBudget);
             }
             let mut sent = 0;
+            let mut out = |d: &[u8]| send(dest, d);
             for seq in start..start + granted {
                 if let Some((h, payload)) = self.retained.get(seq) {
-                    sent += self.resend.push(&h, payload, reply);
+                    sent += self.resend.push(&h, payload, &mut out);
                 }
             }
-            sent += self.resend.flush(reply);
+            sent += self.resend.flush(&mut out);
             self.counters.datagrams_sent += sent;
             self.counters.retransmitted += granted;
-            if granted > 0 {
-                self.counters.requests_served += 1;
+            self.counters.requests_served += 1;
+            if dest == Dest::Group {
+                self.counters.repairs_to_group += 1;
             }
+            self.remember(RecentRepair {
+                from: start,
+                to: start + granted,
+                at: now,
+                requester,
+                group: dest == Dest::Group,
+            });
         }
         Ok(())
     }
@@ -967,5 +1086,65 @@ mod tests {
             assert_eq!((header.seq, header.len, header.timestamp), (1, 1000, 42));
             assert_eq!(header.flags, FLAG_TIMESTAMP);
         }
+    }
+
+    /// Where each reply to `who`'s request for `from..from+count` went,
+    /// with the sequences it carried.
+    fn ask(p: &mut PublisherCore, who: u64, from: u64, count: u64, now: u64) -> Vec<(Dest, u64)> {
+        let mut out = Vec::new();
+        p.on_request(who, &request(from, count, 77), now, |dest, d: &[u8]| {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                out.push((dest, messages.len() as u64));
+            }
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn auto_repairs_to_the_group_once_a_second_subscriber_asks_then_lingers() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            repair: Repair::Auto,
+            repair_linger: Duration::from_micros(500),
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..4 {
+            p.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        let us = 1_000;
+        assert_eq!(ask(&mut p, 1, 1, 4, 10 * us), vec![(Dest::Requester, 4)]);
+        // The same requester again (its repair was lost): to it again.
+        assert_eq!(ask(&mut p, 1, 1, 4, 20 * us), vec![(Dest::Requester, 4)]);
+        // Another one: the loss was shared, so every subscriber gets it.
+        assert_eq!(ask(&mut p, 2, 1, 4, 30 * us), vec![(Dest::Group, 4)]);
+        // Within the linger, nobody gets it again, in part or whole.
+        assert_eq!(ask(&mut p, 3, 1, 4, 40 * us), vec![]);
+        assert_eq!(ask(&mut p, 4, 3, 2, 50 * us), vec![]);
+        assert_eq!(p.counters().requests_lingered, 6);
+        assert_eq!(p.counters().repairs_to_group, 1);
+        // After it, a lone request is answered alone again.
+        assert_eq!(ask(&mut p, 3, 1, 4, 600 * us), vec![(Dest::Requester, 4)]);
+    }
+
+    #[test]
+    fn group_repairs_always_go_to_the_group_and_not_available_to_the_requester() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            repair: Repair::Group,
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..12 {
+            p.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        // 8 retained: 1..=4 are gone.
+        let mut out = Vec::new();
+        p.on_request(1, &request(1, 8, 77), 5, |dest, d: &[u8]| {
+            out.push((dest, decode(d, &limits()).unwrap().frame.is_live()))
+        })
+        .unwrap();
+        assert_eq!(out[0].0, Dest::Requester, "the notice: {out:?}");
+        assert!(out[1..].iter().all(|&(d, _)| d == Dest::Group), "{out:?}");
+        assert_eq!(p.counters().not_available_sent, 1);
     }
 }

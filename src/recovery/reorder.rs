@@ -38,7 +38,8 @@ pub(crate) struct Slot {
     pub(crate) timestamp: u64,
     /// When it was first known to be missing.
     pub(crate) noticed: u64,
-    /// When it was last requested.
+    /// When it was last requested, plus the random wait drawn for its
+    /// repeat (so the repeat is due `request_timeout` after this).
     pub(crate) last_request: u64,
     /// Per line, when that line was first seen past this sequence, or
     /// [`NEVER`]; a line past a message it did not deliver has lost it.

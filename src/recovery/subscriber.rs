@@ -132,6 +132,37 @@ pub struct SubscriberConfig {
     /// Stream key: when set, every datagram must carry a MAC made with it
     /// (see [`mac`](super::mac)), checked before anything else.
     pub key: Option<Key>,
+    /// Longest random wait added to `nak_delay` before a newly missing
+    /// range is requested, and to `request_timeout` before a repeat; 0
+    /// adds none. Subscribers that lost the
+    /// same datagram draw different waits, the first request's repair
+    /// (sent to the group, see [`Repair`](super::Repair)) reaches the
+    /// others before their waits end, and they never ask (NAK
+    /// suppression).
+    pub nak_backoff: Duration,
+    /// Subscribers expected on the stream: shapes the wait's distribution
+    /// (see [`nak_wait`]).
+    pub nak_group_size: u32,
+    /// Seed of the wait's random generator; subscribers should differ
+    /// (drivers mix in the process id and the time).
+    pub nak_seed: u64,
+}
+
+/// The random wait before a request, for a uniform `u` in [0, 1): the
+/// truncated exponential distribution of Nonnenmacher and Biersack
+/// ("Optimal multicast feedback", also Aeron's
+/// OptimalMulticastDelayGenerator), `T/λ · ln(1 + u·(e^λ − 1))` with
+/// `λ = ln(group_size) + 1`. Most subscribers wait close to `T`, a few
+/// wait little, so the first request comes early while the expected
+/// number of requests sent before its repair arrives stays small as the
+/// group grows.
+pub fn nak_wait(backoff_ns: u64, group_size: u32, u: f64) -> u64 {
+    if backoff_ns == 0 {
+        return 0;
+    }
+    let lambda = f64::from(group_size.max(1)).ln() + 1.0;
+    let t = backoff_ns as f64 / lambda * (u.clamp(0.0, 1.0) * lambda.exp_m1()).ln_1p();
+    (t as u64).min(backoff_ns)
 }
 
 impl SubscriberConfig {
@@ -156,6 +187,9 @@ impl SubscriberConfig {
             max_jump: 4096,
             confirm: 3,
             key: None,
+            nak_backoff: Duration::ZERO,
+            nak_group_size: 1,
+            nak_seed: 1,
         }
     }
 
@@ -300,6 +334,10 @@ pub struct SubscriberCore {
     claim: Option<(bool, u64)>,
     /// Per line, bound by configuration: never rebound.
     pinned: [bool; 2],
+    nak_backoff_ns: u64,
+    nak_group_size: u32,
+    /// xorshift64* state for the NAK waits (never 0).
+    rng: u64,
 }
 
 impl SubscriberCore {
@@ -322,6 +360,9 @@ impl SubscriberCore {
             max_jump: cfg.max_jump,
             confirm: cfg.confirm,
             mac: cfg.key.map(|k| Mac::new(k, 0)),
+            nak_backoff_ns: ns(cfg.nak_backoff),
+            nak_group_size: cfg.nak_group_size,
+            rng: cfg.nak_seed | 1,
             // A slot holds an unfragmented message, and decoding refuses
             // any longer than max_message.
             window: ReorderWindow::new(
@@ -442,6 +483,14 @@ impl SubscriberCore {
             self.service(now, &mut deliver, &mut request);
         }
         result
+    }
+
+    /// The earliest time [`tick`](Self::tick) has a request to send or a
+    /// loss to report (`u64::MAX` when none is pending); a driver that
+    /// sleeps may sleep until then. Silence from the publisher is checked
+    /// at every tick regardless.
+    pub fn next_deadline(&self) -> u64 {
+        self.next_deadline
     }
 
     /// Call regularly: sends requests and repeats that are due, gives up
@@ -774,13 +823,31 @@ impl SubscriberCore {
         }
     }
 
-    /// Records `from..=to` as missing since `now`.
+    /// Records `from..=to` as missing since `now`, to be requested after
+    /// the NAK delay and a random wait drawn for the range.
     fn mark_missing(&mut self, from: u64, to: u64, now: u64) {
+        let noticed = now.saturating_add(self.random_wait());
         for s in from..=to {
             let past_at = [0, 1].map(|i| if self.lines[i].past >= s { now } else { NEVER });
-            self.window.mark_missing(s, now, past_at);
+            self.window.mark_missing(s, noticed, past_at);
         }
-        self.next_deadline = self.next_deadline.min(now.saturating_add(self.nak_ns));
+        self.next_deadline = self.next_deadline.min(noticed.saturating_add(self.nak_ns));
+    }
+
+    /// A wait drawn from [`nak_wait`]'s distribution (0 without a
+    /// backoff).
+    fn random_wait(&mut self) -> u64 {
+        if self.nak_backoff_ns == 0 {
+            return 0;
+        }
+        // xorshift64*: enough for spreading timers, and allocation-free.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+        nak_wait(self.nak_backoff_ns, self.nak_group_size, u)
     }
 
     /// Line `line` has sent everything up to `past`.
@@ -843,6 +910,9 @@ impl SubscriberCore {
             // reported: the message is still welcome).
             if retransmit {
                 self.counters.recovered += 1;
+                if self.window.slot(s).tries == 0 {
+                    self.counters.suppressed += 1;
+                }
             }
         } else {
             if s > self.high + 1 {
@@ -1147,10 +1217,13 @@ impl SubscriberCore {
         self.counters.requests_sent += 1;
         self.counters.datagrams_sent += 1;
         self.counters.messages_requested += to - from;
+        // A repeat waits a random extra time too: when a repair to the
+        // group is lost upstream, every subscriber times out together.
+        let wait = self.random_wait();
         for s in from..to {
             let slot = self.window.slot_mut(s);
             slot.tries += 1;
-            slot.last_request = now;
+            slot.last_request = now.saturating_add(wait);
         }
         self.next_deadline = self
             .next_deadline
