@@ -428,7 +428,7 @@ fn subscribe(
         }),
         None => None,
     };
-    let received = stats.received - u64::from(end_mark);
+    let received = stats.received.saturating_sub(u64::from(end_mark));
     let lost = stats.gap_messages + stats.overrun_messages;
     let rate = per_sec(received, ns);
     Ok(Report {

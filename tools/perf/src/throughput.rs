@@ -500,7 +500,7 @@ fn subscribe(
         }
         None => 0,
     };
-    let received = stats.received - u64::from(end_mark);
+    let received = stats.received.saturating_sub(u64::from(end_mark));
     let lost = stats.overrun_messages + stats.gap_messages;
     let sent = end.or(count).unwrap_or(received + lost);
     let rate = per_sec(received, ns);
