@@ -506,15 +506,3 @@ pub fn cores_line(this: (&str, usize), peer: (&str, Option<usize>)) -> String {
         (_, None) => format!("{} on core {}", this.0, this.1),
     }
 }
-
-/// Prints percentiles `p` as a header line and one row named `label`.
-pub fn print_percentiles(label: &str, p: &mdbus_tool_support::percentiles::Percentiles) {
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        label, p.p50, p.p90, p.p99, p.p999, p.max
-    );
-}

@@ -27,7 +27,8 @@
 //! |---|---|
 //! | [`pingpong`], [`throughput`], [`mcast`] | the three commands |
 //! | [`flow`] | what throughput and mcast share: the two sides, the payload counter, pacing, serving a stream after its end, the subscriber loop, the loss exit status |
-//! | [`common`] | the options every command shares, failures, the watchdog and Ctrl-C, the report lines all three print (cores, percentiles) |
+//! | [`common`] | the options every command shares (perftest's -d, -x, -s, -n, -a, -D among them), failures, the watchdog and Ctrl-C, the cores line |
+//! | [`report`] | the one JSON object of a run (a sweep's `results`), bandwidth units, ib_send_lat's latency columns |
 //! | [`args`] | parsers of the shared options |
 //! | [`transport`] | which transports this build measures, and the bus of a run |
 //! | [`ip`], [`verbs`] | addresses and devices of the UDP/TCP and RDMA runs |

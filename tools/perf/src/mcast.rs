@@ -183,7 +183,7 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
     crate::transport::resolve(&mut args.common, TransportKind::Udp)?;
     // Refuses the transports this build cannot run (verbs among them)
     // before saying which ones mcast takes.
-    crate::transport::ready(&args.common)?;
+    crate::transport::ready(&args.common, false)?;
     if !matches!(
         args.common.transport,
         TransportKind::Udp | TransportKind::Verbs

@@ -158,7 +158,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     crate::transport::resolve(&mut args.common, TransportKind::Shm)?;
     // The channel next: a usage error whatever the machine has.
     let channel = args.channel()?;
-    crate::transport::ready(&args.common)?;
+    crate::transport::ready(&args.common, args.role != Some(Role::Ping))?;
     args.channel = Some(channel);
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pong));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;

@@ -217,7 +217,7 @@ struct PublisherReport {
 pub fn run(args: &Args) -> Result<u8, Failure> {
     let mut args = args.clone();
     crate::transport::resolve(&mut args.common, TransportKind::Shm)?;
-    crate::transport::ready(&args.common)?;
+    crate::transport::ready(&args.common, args.role != Some(Role::Pub))?;
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
     let sizes = args.load.sizes(DEFAULT_SIZE);

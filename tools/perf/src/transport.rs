@@ -6,7 +6,7 @@
 //! its device options (the `verbs` table of the configuration) here, and
 //! its addresses from [`crate::verbs`].
 
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
 
 use mdbus::{Config, TransportKind};
@@ -68,33 +68,50 @@ fn auto(common: &Common, one_host: TransportKind) -> Result<TransportKind, Failu
 }
 
 /// Fails unless this build can measure the run's transport, the
-/// interfaces named are this host's and, for verbs, this machine has the
-/// device: before anything else of the run (core placement included), so
-/// a refusal is the one line that says why.
-pub fn ready(common: &Common) -> Result<(), Failure> {
+/// interfaces named are this host's (and --address too when a session's
+/// acceptor runs on this host: `accepts_here`) and, for verbs, this
+/// machine has the device: before anything else of the run (core
+/// placement included), so a refusal is the one line that says why.
+pub fn ready(common: &Common, accepts_here: bool) -> Result<(), Failure> {
     check(common.transport)?;
     crate::verbs::check_options(common)?;
-    if crate::ip::has_ports(common.transport) {
+    if common.transport == TransportKind::Verbs {
+        // First: without a device, nothing else about the run matters.
+        let mut cfg = load(common)?;
+        crate::verbs::configure(common, &mut cfg.verbs);
+        available(&cfg)?;
+    }
+    if !crate::ip::has_ports(common.transport) {
+        let given = [
+            ("--group", common.group.is_some()),
+            ("--interface", common.interface.is_some()),
+            ("--address", common.address.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(Failure::Usage(format!(
+                "{flag} applies to --transport udp, tcp and verbs, not {}",
+                common.transport.name()
+            )));
+        }
+    } else {
         for (flag, addr) in [
             ("--interface", common.interface),
             ("--recv-interface", common.recv_interface),
         ] {
             if let Some(addr) = addr {
-                local_address(flag, addr)?;
+                local_address(flag, IpAddr::V4(addr))?;
             }
         }
-    }
-    if common.transport == TransportKind::Verbs {
-        let mut cfg = load(common)?;
-        crate::verbs::configure(common, &mut cfg.verbs);
-        available(&cfg)?;
+        if let (true, Some(address)) = (accepts_here, common.address) {
+            local_address("--address", address.ip())?;
+        }
     }
     Ok(())
 }
 
 /// Fails unless `addr` is an address of one of this host's interfaces
 /// (the run binds it).
-fn local_address(flag: &str, addr: Ipv4Addr) -> Result<(), Failure> {
+fn local_address(flag: &str, addr: IpAddr) -> Result<(), Failure> {
     match UdpSocket::bind((addr, 0)) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => Err(Failure::Usage(format!(
@@ -153,6 +170,7 @@ pub fn bus(common: &Common, channels: impl FnOnce(&mut Config)) -> Result<mdbus:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn only_measurable_transports_pass_the_check() {
@@ -170,9 +188,9 @@ mod tests {
 
     #[test]
     fn an_address_this_host_lacks_is_a_usage_error() {
-        assert!(local_address("--interface", Ipv4Addr::LOCALHOST).is_ok());
+        assert!(local_address("--interface", Ipv4Addr::LOCALHOST.into()).is_ok());
         // TEST-NET-3 (RFC 5737): never an address of this host.
-        let err = local_address("--interface", Ipv4Addr::new(203, 0, 113, 7)).unwrap_err();
+        let err = local_address("--interface", Ipv4Addr::new(203, 0, 113, 7).into()).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert_eq!(
             err.to_string(),

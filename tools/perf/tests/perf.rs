@@ -1399,7 +1399,7 @@ fn cores_this_process_may_not_use_are_a_usage_error() {
 }
 
 #[test]
-fn an_interface_this_host_lacks_is_a_usage_error() {
+fn addresses_this_host_lacks_or_shm_ignores_are_usage_errors() {
     // TEST-NET-3 (RFC 5737): never an address of this host.
     for args in [
         &[
@@ -1427,6 +1427,46 @@ fn an_interface_this_host_lacks_is_a_usage_error() {
             "--interface 203.0.113.7 is not an address of this host's interfaces",
         );
     }
+    // A session's acceptor listens at --address: on this host when it
+    // runs here (this process's peer, or --role pong).
+    for args in [
+        &[
+            "pingpong",
+            "--transport",
+            "tcp",
+            "--address",
+            "203.0.113.7:7000",
+            "-n",
+            "1",
+        ][..],
+        &[
+            "pingpong",
+            "--transport",
+            "tcp",
+            "--role",
+            "pong",
+            "--address",
+            "203.0.113.7:7000",
+        ],
+        &[
+            "throughput",
+            "--transport",
+            "tcp",
+            "--address",
+            "203.0.113.7:7000",
+            "-n",
+            "1",
+        ],
+    ] {
+        usage_error(
+            args,
+            "--address 203.0.113.7 is not an address of this host's interfaces",
+        );
+    }
+    usage_error(
+        &["pingpong", "--interface", "127.0.0.1", "-n", "1"],
+        "--interface applies to --transport udp, tcp and verbs, not shm",
+    );
 }
 
 #[test]
