@@ -1429,37 +1429,15 @@ fn addresses_this_host_lacks_or_shm_ignores_are_usage_errors() {
     }
     // A session's acceptor listens at --address: on this host when it
     // runs here (this process's peer, or --role pong).
-    for args in [
-        &[
-            "pingpong",
-            "--transport",
-            "tcp",
-            "--address",
-            "203.0.113.7:7000",
-            "-n",
-            "1",
-        ][..],
-        &[
-            "pingpong",
-            "--transport",
-            "tcp",
-            "--role",
-            "pong",
-            "--address",
-            "203.0.113.7:7000",
-        ],
-        &[
-            "throughput",
-            "--transport",
-            "tcp",
-            "--address",
-            "203.0.113.7:7000",
-            "-n",
-            "1",
-        ],
+    let away = ["--transport", "tcp", "--address", "203.0.113.7:7000"];
+    for own in [
+        &["pingpong", "-n", "1"][..],
+        &["pingpong", "--role", "pong"],
+        &["throughput", "-n", "1"],
     ] {
+        let args: Vec<&str> = own.iter().chain(&away).copied().collect();
         usage_error(
-            args,
+            &args,
             "--address 203.0.113.7 is not an address of this host's interfaces",
         );
     }
