@@ -73,7 +73,8 @@ RDMA port: -d/--device names it (and selects verbs); without one the run is refu
 line. auto takes verbs when an RDMA port is active, else shm (udp for mcast).\n\nperftest's \
 flags: -d device, -x GID index, -s size, -n messages (--iters, --count), -a every size from \
 2 bytes to 1 MiB, -D duration, --report_gbits. With --json every run prints one object \
-(docs/JSON.md); a sweep (-a) puts one result per size in its `results` array.",
+(docs/JSON.md); a sweep (-a) puts one result per size in its `results` array. A side run \
+alone with --role pong or pub prints its own, with \"role\" and what it echoed or sent.",
     after_help = EXIT_CODES_HELP
 )]
 struct Cli {

@@ -128,6 +128,9 @@ impl Args {
 struct Head {
     transport: &'static str,
     channel: Channel,
+    /// `pong` when only the echoing side ran here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
 }
 
 /// What ping measured at one size.
@@ -149,6 +152,7 @@ struct Measured {
 #[derive(Debug, Serialize)]
 struct Echoed {
     size_bytes: u64,
+    /// Messages echoed (warm-up included).
     messages: u64,
 }
 
@@ -167,6 +171,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let head = Head {
         transport: args.common.transport.name(),
         channel,
+        role: (args.role == Some(Role::Pong)).then_some("pong"),
     };
     if args.role == Some(Role::Pong) {
         let mut echoed = Vec::new();
@@ -710,6 +715,7 @@ mod tests {
         let head = Head {
             transport: "shm",
             channel: Channel::Session,
+            role: None,
         };
         let v = report::object("pingpong", &head, &[m], false);
         assert_eq!(mdbus_tool_support::output::check_convention(&v), Ok(()));

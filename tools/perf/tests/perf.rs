@@ -1116,14 +1116,19 @@ fn udp_sides_started_by_hand_meet_on_the_given_group() {
         "yield",
         "--timeout",
         "120",
+        "--json",
     ]);
-    assert!(
-        publisher.status.success(),
-        "{}",
-        String::from_utf8_lossy(&publisher.stderr)
+    // Each side prints its own object.
+    let p = json_of(&publisher);
+    assert_eq!(
+        (&p["mode"], &p["role"]),
+        (&"mcast".into(), &"pub".into()),
+        "{p}"
     );
+    assert_eq!(u(&p, &["sent"]), 2000, "{p}");
     let out = wait_or_fail(sub, Some(sub_stderr), "mcast --role sub");
     let v = json_of(&out);
+    assert!(v.get("role").is_none(), "{v}");
     assert_eq!(u(&v, &["sent"]), 2000, "{v}");
     assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 2000, "{v}");
 }
@@ -1467,4 +1472,30 @@ fn conflicting_perftest_flags_are_usage_errors() {
         &["mcast", "-a", "--loss", "5"],
         "--loss measures one message size: leave out -a",
     );
+}
+
+#[test]
+fn pingpong_sides_started_by_hand_each_print_one_object() {
+    let s = Scratch::new("pp-hand");
+    let side = |role: &str, core: &str| {
+        let mut c = Command::new(PERF);
+        c.args(["pingpong", "--role", role, "--name", &s.name])
+            .args(["--config", &s.config, "--cores", core, "-s", "24", "--json"])
+            .args(SHARED_MACHINE)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let pong = side("pong", "1").spawn().expect("start pong");
+    let ping = side("ping", "0")
+        .args(["-n", "50", "--warmup", "5"])
+        .spawn()
+        .expect("start ping");
+    let ping = json_of(&wait_or_fail(ping, None, "ping by hand"));
+    let pong = json_of(&wait_or_fail(pong, None, "pong by hand"));
+    assert_eq!(u(&ping, &["round_trips"]), 50, "{ping}");
+    assert_eq!(u(&ping, &["size_bytes"]), 24, "{ping}");
+    assert_eq!(pong["role"], "pong", "{pong}");
+    // Pong echoed the warm-up too.
+    assert_eq!(u(&pong, &["messages"]), 55, "{pong}");
 }
