@@ -82,12 +82,13 @@ pub fn is_end(payload: &[u8]) -> bool {
 }
 
 /// Whether a loop running since `t0` for `duration` (-D) should stop
-/// before message `i`: checked every 256 messages, so the clock is not
-/// read on every send.
+/// before message `i`: at every message when `paced` (pacing reads the
+/// clock anyway), else every 256, so a loop sending flat out does not
+/// read the clock on every send.
 #[inline(always)]
-pub fn time_is_up(duration: Option<Duration>, t0: Instant, i: u64) -> bool {
+pub fn time_is_up(duration: Option<Duration>, paced: bool, t0: Instant, i: u64) -> bool {
     match duration {
-        Some(d) => i % 256 == 0 && t0.elapsed() >= d,
+        Some(d) => (paced || i % 256 == 0) && t0.elapsed() >= d,
         None => false,
     }
 }
@@ -276,6 +277,16 @@ mod tests {
         assert!(is_end(&eight));
         assert_eq!(counter(&eight), u64::MAX);
         assert!(!is_end(&[]));
+    }
+
+    #[test]
+    fn a_timed_loop_reads_the_clock_every_message_only_when_paced() {
+        let (t0, zero) = (Instant::now(), Some(Duration::ZERO));
+        assert!(!time_is_up(None, true, t0, 256));
+        assert!(time_is_up(zero, true, t0, 1));
+        assert!(!time_is_up(zero, false, t0, 1));
+        assert!(time_is_up(zero, false, t0, 256));
+        assert!(!time_is_up(Some(Duration::from_secs(3600)), true, t0, 256));
     }
 
     #[test]

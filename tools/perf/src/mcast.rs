@@ -341,7 +341,7 @@ fn publish(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<Published, F
     let mut sent = 0;
     let t0 = Instant::now();
     for i in 1..=last {
-        if time_is_up(args.load.duration, t0, i) {
+        if time_is_up(args.load.duration, args.rate > 0, t0, i) {
             break;
         }
         if args.rate > 0 {
