@@ -129,7 +129,8 @@ pub struct Common {
     pub group: Option<SocketAddrV4>,
 
     /// udp: local IPv4 address of the interface that sends and joins the
-    /// group. Default: the stream's `interface` in --config, else
+    /// group (one of this host's: another is refused, as is --interface,
+    /// --group or --address on shm). Default: the stream's `interface` in --config, else
     /// 127.0.0.1 (loopback, multicast time-to-live 0: the host only).
     /// verbs: the address the publisher (mcast) or the session binds,
     /// instead of --device's.
@@ -188,9 +189,9 @@ pub struct Load {
     /// Every size, as perftest's -a: powers of two from 2 bytes to
     /// 1048576 (the largest message), one measurement and one result each
     /// (with --json, one object whose `results` array has one entry per
-    /// size). Rings and windows are made smaller for large messages unless
-    /// --capacity is given (pingpong: at most 4 MiB; throughput: 64 MiB),
-    /// so a sweep fits in memory.
+    /// size). Rings and windows are made smaller for large messages, so a
+    /// sweep fits in memory: pingpong's to at most 4 MiB of messages,
+    /// throughput's (unless --capacity is given) to 64 MiB.
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
 
