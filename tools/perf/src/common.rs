@@ -17,11 +17,20 @@ use mdbus_tool_support::watchdog::{Watchdog, WatchdogError};
 pub struct Common {
     /// Transport to measure: `shm` (shared memory between processes on one
     /// host), `udp` (streams on UDP multicast, with loss recovery), `tcp`
-    /// (sessions on TCP) or `verbs` (RDMA: sessions on RC queue pairs,
+    /// (sessions on TCP), `verbs` (RDMA: sessions on RC queue pairs,
     /// streams on UD multicast with loss recovery; refused in one line on a
-    /// machine without an active RDMA port). `auto` is refused: a
-    /// measurement names its transport.
-    #[arg(long, default_value = "shm", value_parser = crate::args::parse_transport)]
+    /// machine without an active RDMA port) or `auto` (the library's
+    /// choice: verbs when an RDMA device with an active port is found,
+    /// else shm, or udp for mcast). Default: verbs when -d/--device or
+    /// -x/--gid-index is given (as perftest users mean them), else shm
+    /// (mcast: udp).
+    #[arg(id = "transport", long = "transport", value_name = "TRANSPORT",
+          value_parser = crate::args::parse_transport)]
+    pub transport_arg: Option<TransportKind>,
+
+    /// The transport this run measures: --transport resolved (never
+    /// `auto`), set by [`crate::transport::resolve`] before anything else.
+    #[arg(skip)]
     pub transport: TransportKind,
 
     /// Channel name, the same on both sides (1 to 64 characters from
@@ -38,18 +47,20 @@ pub struct Common {
     #[arg(long, value_name = "LIST")]
     pub cores: Option<String>,
 
-    /// RDMA or network device (e.g. mlx5_0, eth0) whose NUMA node's cores
-    /// the default --cores come from. verbs: the RDMA device (rxe0,
-    /// mlx5_0) to use; a session binds its IPv4 address (the IPv4-mapped
-    /// GID at --gid-index, or the first one), and so does the publisher of
-    /// mcast. Default: the first device with an active port.
-    #[arg(long)]
+    /// RDMA device (rxe0, mlx5_0), as perftest's -d: without --transport
+    /// it selects verbs. verbs: a session binds the device's IPv4 address
+    /// (the IPv4-mapped GID at -x/--gid-index, or the first one), and so
+    /// does the publisher of mcast; default: the first device with an
+    /// active port. With another --transport, an RDMA or network device
+    /// (e.g. eth0) whose NUMA node's cores the default --cores come from.
+    #[arg(short = 'd', long, value_name = "DEVICE")]
     pub device: Option<String>,
 
-    /// verbs: GID table index whose IPv4-mapped address the run binds
-    /// (RoCE v2 with IPv4 is usually 1 or 3). Default: the first
-    /// IPv4-mapped GID of the device's port.
-    #[arg(long, value_name = "N",
+    /// verbs: GID table index whose IPv4-mapped address the run binds, as
+    /// perftest's -x (RoCE v2 with IPv4 is usually 1 or 3); without
+    /// --transport it selects verbs. Default: the first IPv4-mapped GID of
+    /// the device's port.
+    #[arg(short = 'x', long, value_name = "N",
           value_parser = clap::value_parser!(i32).range(0..))]
     pub gid_index: Option<i32>,
 
@@ -118,7 +129,8 @@ pub struct Common {
     pub group: Option<SocketAddrV4>,
 
     /// udp: local IPv4 address of the interface that sends and joins the
-    /// group. Default: the stream's `interface` in --config, else
+    /// group (one of this host's: another is refused, as is --interface,
+    /// --group or --address on shm). Default: the stream's `interface` in --config, else
     /// 127.0.0.1 (loopback, multicast time-to-live 0: the host only).
     /// verbs: the address the publisher (mcast) or the session binds,
     /// instead of --device's.
@@ -146,6 +158,102 @@ pub struct Common {
     /// chose for the default group and address.
     #[arg(long, hide = true)]
     pub default_port: Option<u16>,
+}
+
+/// Smallest message a run takes: perftest's -a starts at 2 bytes.
+pub const MIN_SIZE: u64 = 2;
+/// Largest message a run takes (the library's largest `max_message`):
+/// where -a/--all ends.
+pub const MAX_SIZE: u64 = mdbus::config::MAX_MESSAGE_LIMIT as u64;
+
+/// How much a run measures: message size(s) and how many messages or for
+/// how long, with perftest's short flags. Every command has them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Load {
+    /// Payload bytes per message, 2 to 1048576 (perftest's -s). The first
+    /// 8 (fewer in a smaller message) carry a counter. Default: 32 for
+    /// pingpong, 64 for throughput and mcast.
+    #[arg(short = 's', long, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(MIN_SIZE..=MAX_SIZE))]
+    pub size: Option<u64>,
+
+    /// Messages measured at each size (pingpong: round trips), as
+    /// perftest's -n; --count is the same option. Default: pingpong
+    /// 1000000; throughput 10000000 on shm, 1000000 elsewhere; mcast
+    /// 100000. On udp, give both sides the same count when starting them
+    /// by hand: the subscriber stops once it has accounted for this many.
+    #[arg(short = 'n', long = "iters", visible_alias = "count", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..u64::MAX / 2))]
+    pub iters: Option<u64>,
+
+    /// Every size, as perftest's -a: powers of two from 2 bytes to
+    /// 1048576 (the largest message), one measurement and one result each
+    /// (with --json, one object whose `results` array has one entry per
+    /// size). Rings and windows are made smaller for large messages, so a
+    /// sweep fits in memory: pingpong's to at most 4 MiB of messages,
+    /// throughput's (unless --capacity is given) to 64 MiB.
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+
+    /// Run for this long at each size instead of for -n messages, as
+    /// perftest's -D (such as 5, 1.5s, 500ms). The sender stops at the end;
+    /// the receiver counts what arrived.
+    #[arg(short = 'D', long, value_name = "DURATION", conflicts_with = "iters",
+          value_parser = mdbus_tool_support::duration::parse_nonzero)]
+    pub duration: Option<Duration>,
+}
+
+impl Load {
+    /// The sizes to measure: -s (else `default`), or with -a every power
+    /// of two from [`MIN_SIZE`] to [`MAX_SIZE`].
+    pub fn sizes(&self, default: u64) -> Vec<u64> {
+        if self.all {
+            std::iter::successors(Some(MIN_SIZE), |s| Some(s * 2))
+                .take_while(|s| *s <= MAX_SIZE)
+                .collect()
+        } else {
+            vec![self.size.unwrap_or(default)]
+        }
+    }
+
+    /// Messages to send at each size: -n, else `default`; `None` with -D.
+    pub fn count(&self, default: u64) -> Option<u64> {
+        match self.duration {
+            Some(_) => None,
+            None => Some(self.iters.unwrap_or(default)),
+        }
+    }
+
+    /// The options that give a spawned peer this load at one `size`.
+    pub fn peer_args(&self, size: u64, default_count: u64) -> Vec<String> {
+        let mut args = vec!["--size".to_string(), size.to_string()];
+        match self.duration {
+            Some(d) => args.extend(["--duration".into(), format!("{}ns", d.as_nanos())]),
+            None => args.extend([
+                "--iters".into(),
+                self.iters.unwrap_or(default_count).to_string(),
+            ]),
+        }
+        args
+    }
+
+    /// This load at one size: what each measurement of a sweep runs.
+    pub fn at(&self, size: u64) -> Load {
+        Load {
+            size: Some(size),
+            all: false,
+            ..self.clone()
+        }
+    }
+}
+
+/// The capacity of a ring or window of `size`-byte messages: `capacity`,
+/// but at most what fits in `budget` bytes (a power of two, at least 2),
+/// so that large messages (-a) do not ask for gigabytes.
+pub fn bounded_capacity(capacity: usize, size: u64, budget: u64) -> usize {
+    let fit = (budget / (size + 64)).max(2);
+    let fit = 1usize << (u64::BITS - 1 - fit.leading_zeros());
+    capacity.min(fit)
 }
 
 impl Common {
@@ -201,6 +309,13 @@ impl Common {
                 }
                 // Keep the order given: the first is this process's.
                 let second = *cores.get(1).unwrap_or(&cores[0]);
+                // Both checked here, before this process is pinned: the
+                // peer's core would otherwise fail in the peer, as a
+                // runtime failure of this run. (A spawned peer inherits
+                // its parent's pinning, so it leaves the check to it.)
+                if !self.spawned {
+                    check_allowed(list, &[cores[0], second])?;
+                }
                 return Ok((cores[0], second));
             }
             None => match self.device.as_deref() {
@@ -220,6 +335,61 @@ impl Common {
         };
         Ok(two_cores(&placement))
     }
+}
+
+/// Fails unless this process may run on every core of `cores` (online
+/// and in its CPU set: taskset, cgroup cpuset), naming the ones it may.
+fn check_allowed(list: &str, cores: &[usize]) -> Result<(), Failure> {
+    let allowed = allowed_cores()?;
+    match cores.iter().find(|c| !allowed.contains(c)) {
+        None => Ok(()),
+        Some(bad) => Err(Failure::Usage(format!(
+            "--cores {list}: core {bad} is not available to this process (it may run on {})",
+            cpulist(&allowed)
+        ))),
+    }
+}
+
+/// The cores this process may run on.
+fn allowed_cores() -> Result<Vec<usize>, Failure> {
+    // SAFETY: cpu_set_t is plain data, for which all zeros is an empty
+    // set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()`
+    // bytes into `set`, which lives for the call; pid 0 is this thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(Failure::Run(format!(
+            "cannot read this process's CPU set: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads bit `c` of `set`, and `c` is below the
+    // set's size in bits.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Cores as a list such as "0-3,6".
+fn cpulist(cores: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cores.len() {
+        let start = cores[i];
+        while i + 1 < cores.len() && cores[i + 1] == cores[i] + 1 {
+            i += 1;
+        }
+        parts.push(if cores[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cores[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 /// The first two cores of a placement (the same one twice on a one-core
@@ -336,16 +506,4 @@ pub fn cores_line(this: (&str, usize), peer: (&str, Option<usize>)) -> String {
         (name, Some(core)) => format!("{} on core {}, {name} on core {core}", this.0, this.1),
         (_, None) => format!("{} on core {}", this.0, this.1),
     }
-}
-
-/// Prints percentiles `p` as a header line and one row named `label`.
-pub fn print_percentiles(label: &str, p: &mdbus_tool_support::percentiles::Percentiles) {
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "", "p50", "p90", "p99", "p99.9", "max"
-    );
-    println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        label, p.p50, p.p90, p.p99, p.p999, p.max
-    );
 }

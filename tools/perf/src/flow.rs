@@ -35,6 +35,64 @@ pub fn counter(payload: &[u8]) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// The largest counter a `len`-byte payload carries (all ones in its
+/// first min(len, 8) bytes): reserved for [`write_end`].
+fn all_ones(len: usize) -> u64 {
+    match len.min(8) {
+        8 => u64::MAX,
+        w => (1u64 << (8 * w)) - 1,
+    }
+}
+
+/// Writes message number `i` (from 1) as the counter of `payload`: its
+/// first min(len, 8) bytes, little endian, wrapped below the all-ones
+/// value [`write_end`] reserves (a 2-byte message counts 0 to 65534 and
+/// round again). [`counter`] reads back [`counter_of`]`(len, i)`.
+#[inline(always)]
+pub fn write_counter(payload: &mut [u8], i: u64) {
+    let (len, n) = (payload.len(), payload.len().min(8));
+    payload[..n].copy_from_slice(&counter_of(len, i).to_le_bytes()[..n]);
+}
+
+/// What [`counter`] reads from a `len`-byte payload written by
+/// [`write_counter`] with message number `i`.
+#[inline(always)]
+pub fn counter_of(len: usize, i: u64) -> u64 {
+    match len {
+        // Message numbers stay below u64::MAX / 2: never the end mark, and
+        // no division on the hot path of the usual sizes.
+        8.. => i,
+        0 => 0,
+        _ => i % all_ones(len),
+    }
+}
+
+/// Marks `payload` as the end of a run (the all-ones counter): ping's
+/// last message, and a timed (-D) stream's, after which the receiver
+/// stops.
+pub fn write_end(payload: &mut [u8]) {
+    let n = payload.len().min(8);
+    payload[..n].fill(0xff);
+}
+
+/// Whether `payload` is the end mark of [`write_end`].
+#[inline(always)]
+pub fn is_end(payload: &[u8]) -> bool {
+    !payload.is_empty() && counter(payload) == all_ones(payload.len())
+}
+
+/// Whether a loop running since `t0` for `duration` (-D) should stop
+/// before message `i`: at every message when `paced` (pacing reads the
+/// clock anyway), else every 256, so a loop sending flat out does not
+/// read the clock on every send.
+#[inline(always)]
+pub fn time_is_up(duration: Option<Duration>, paced: bool, t0: Instant, i: u64) -> bool {
+    match duration {
+        Some(d) => (paced || i % 256 == 0) && t0.elapsed() >= d,
+        None => false,
+    }
+}
+
 /// Spins until `due` ns after `t0`; `duty` runs every 64 spins.
 #[inline(always)]
 pub fn pace(
@@ -108,15 +166,20 @@ pub fn start_publishing(common: &Common, name: &str) -> Result<Option<DoneSignal
 
 /// How a subscriber's run ended: [`drain_stream`]'s answer.
 pub struct Drained {
-    /// The last sequence number the publisher's end of stream named.
+    /// The last sequence number the publisher's end of stream (or its end
+    /// mark) named.
     pub end: Option<u64>,
+    /// Whether the stream ended with an end mark ([`write_end`]), which
+    /// the subscriber's count of received messages includes.
+    pub end_mark: bool,
     /// Nanoseconds from the first message received to the last.
     pub ns: u64,
 }
 
-/// Polls `subscriber` under a [`watchdog`] until the stream ends or, with
-/// `stop_at`, until message `stop_at` was delivered or reported lost;
-/// calls `on_message` for each message. A publisher that went down
+/// Polls `subscriber` under a [`watchdog`] until the stream ends (or a
+/// message carries the end mark of a timed run) or, with `stop_at`, until
+/// message `stop_at` was delivered or reported lost; calls `on_message`
+/// for each message but the end mark. A publisher that went down
 /// (described by `down`, given its last sequence number) or restarted, or
 /// a source gap (these tools publish none), fails the run.
 pub fn drain_stream(
@@ -130,11 +193,16 @@ pub fn drain_stream(
 ) -> Result<Drained, Failure> {
     let mut reached = false;
     let mut end = None;
+    let mut end_mark = false;
     let mut trouble = None;
     let mut span = Span::default();
     let mut dog = watchdog(peer, common, "waiting for messages");
     while end.is_none() && !reached {
         let n = subscriber.poll(|e| match e {
+            Event::Message(m) if is_end(m.payload()) => {
+                end = Some(m.seq().saturating_sub(1));
+                end_mark = true;
+            }
             Event::Message(m) => {
                 on_message(&m);
                 reached |= stop_at.is_some_and(|count| m.seq() >= count);
@@ -161,7 +229,11 @@ pub fn drain_stream(
             dog.idle()?;
         }
     }
-    Ok(Drained { end, ns: span.ns() })
+    Ok(Drained {
+        end,
+        end_mark,
+        ns: span.ns(),
+    })
 }
 
 /// The exit status of a run that sent `sent` messages and lost `lost` of
@@ -182,6 +254,39 @@ mod tests {
         payload[..8].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
         assert_eq!(counter(&payload), 0x0102_0304_0506_0708);
         assert_eq!(counter(&[1, 0]), 1);
+    }
+
+    #[test]
+    fn short_counters_wrap_below_the_end_mark() {
+        let mut two = [0u8; 2];
+        for i in [1u64, 2, 65_534, 65_535, 65_536, 1 << 40] {
+            write_counter(&mut two, i);
+            assert_eq!(counter(&two), counter_of(2, i), "{i}");
+            assert!(!is_end(&two), "{i}");
+        }
+        write_counter(&mut two, 65_535);
+        assert_eq!(counter(&two), 0);
+        write_end(&mut two);
+        assert!(is_end(&two));
+
+        let mut eight = [0u8; 32];
+        write_counter(&mut eight, 12_345);
+        assert_eq!(counter(&eight), 12_345);
+        assert!(!is_end(&eight));
+        write_end(&mut eight);
+        assert!(is_end(&eight));
+        assert_eq!(counter(&eight), u64::MAX);
+        assert!(!is_end(&[]));
+    }
+
+    #[test]
+    fn a_timed_loop_reads_the_clock_every_message_only_when_paced() {
+        let (t0, zero) = (Instant::now(), Some(Duration::ZERO));
+        assert!(!time_is_up(None, true, t0, 256));
+        assert!(time_is_up(zero, true, t0, 1));
+        assert!(!time_is_up(zero, false, t0, 1));
+        assert!(time_is_up(zero, false, t0, 256));
+        assert!(!time_is_up(Some(Duration::from_secs(3600)), true, t0, 256));
     }
 
     #[test]

@@ -27,14 +27,23 @@ use mdbus::metrics::Latency;
 use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
-use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{per_sec, Percentiles};
+use mdbus_tool_support::output::LatencyNs;
+use mdbus_tool_support::percentiles::{nanos, per_sec};
 
-use crate::common::{cores_line, Common, Failure};
-use crate::flow::{drain_stream, due_ns, pace, serve, start_publishing, Drained};
+use crate::common::{cores_line, Common, Failure, Load};
+use crate::flow::{
+    drain_stream, due_ns, pace, serve, start_publishing, time_is_up, write_counter, write_end,
+    Drained,
+};
 use crate::netns::{LossBy, Topology};
 use crate::peer::{self, Peer};
+use crate::report::{self, Bandwidth, LatencyRow};
 use crate::side;
+
+/// Payload bytes without -s.
+const DEFAULT_SIZE: u64 = 64;
+/// Messages without -n.
+const DEFAULT_COUNT: u64 = 100_000;
 
 /// Messages between two calls of the publisher's `service` when it
 /// publishes flat out (`--rate 0`).
@@ -45,10 +54,10 @@ const LATENCY_MAX_NS: u64 = 60_000_000_000;
 /// Options of `mdbus-perf mcast`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(mut_arg("transport", |a| a
-    .default_value("udp")
-    .help("Multicast transport: udp (UDP multicast with loss recovery) or verbs (RDMA UD \
-           multicast with loss recovery: the publisher on --device or --interface, the \
-           subscriber on --recv-device or --recv-interface)")))]
+    .help("Multicast transport: udp (UDP multicast with loss recovery; the default), verbs \
+           (RDMA UD multicast with loss recovery: the publisher on --device or --interface, \
+           the subscriber on --recv-device or --recv-interface; the default when -d or -x is \
+           given) or auto (verbs when an RDMA device has an active port, else udp)")))]
 pub struct Args {
     /// The options every command shares.
     #[command(flatten)]
@@ -60,17 +69,14 @@ pub struct Args {
     #[arg(long)]
     pub allow_loss: bool,
 
-    /// Payload bytes per message, at least 8 (the message counter).
-    #[arg(long, default_value_t = 64,
-          value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
-    pub size: u64,
+    /// Sizes and messages: -s, -n (--count), -a, -D.
+    #[command(flatten)]
+    pub load: Load,
 
-    /// Messages to publish. Give both sides the same count when starting
-    /// them by hand: the subscriber stops once it has accounted for this
-    /// many.
-    #[arg(long, default_value_t = 100_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: u64,
+    /// Report bandwidth in Gb/s (10^9 bits per second) instead of MB/s,
+    /// as perftest's --report_gbits.
+    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
+    pub report_gbits: bool,
 
     /// Messages per second the publisher sends, evenly spaced; 0 sends as
     /// fast as possible (then latency measures queueing, and the
@@ -123,22 +129,44 @@ impl Args {
     }
 }
 
-/// What the subscriber prints.
+/// What holds for the whole run, in its JSON object.
+#[derive(Debug, Serialize)]
+struct Head {
+    transport: &'static str,
+    /// The publisher's pace (--rate); 0: as fast as it can.
+    target_msgs_per_sec: u64,
+    /// `pub` when only the publisher ran here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+}
+
+/// What the subscriber measured at one size.
 #[derive(Debug, Serialize)]
 struct Report {
-    transport: &'static str,
-    size: u64,
-    rate: u64,
+    size_bytes: u64,
     sent: u64,
     received: u64,
     /// Messages reported lost (unrecoverable gaps).
     lost: u64,
     /// Messages that were missing and arrived by retransmission.
     recovered: u64,
+    /// From the first message received to the last.
+    seconds: f64,
     msgs_per_sec: f64,
-    latency_ns: Percentiles,
+    #[serde(flatten)]
+    bandwidth: Bandwidth,
+    latency_ns: LatencyNs,
     /// The injected loss, with --loss.
     loss: Option<LossReport>,
+}
+
+/// What a publisher run alone did at one size.
+#[derive(Debug, Serialize)]
+struct Published {
+    size_bytes: u64,
+    sent: u64,
+    seconds: f64,
+    msgs_per_sec: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -151,9 +179,11 @@ struct LossReport {
 
 /// Runs the command.
 pub fn run(args: &Args) -> Result<u8, Failure> {
+    let mut args = args.clone();
+    crate::transport::resolve(&mut args.common, TransportKind::Udp)?;
     // Refuses the transports this build cannot run (verbs among them)
     // before saying which ones mcast takes.
-    crate::transport::ready(&args.common)?;
+    crate::transport::ready(&args.common, false)?;
     if !matches!(
         args.common.transport,
         TransportKind::Udp | TransportKind::Verbs
@@ -163,57 +193,73 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             args.common.transport.name()
         )));
     }
-    let mut args = args.clone();
+    if args.loss.is_some() && args.load.all {
+        return Err(Failure::Usage(
+            "--loss measures one message size: leave out -a".into(),
+        ));
+    }
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
-    match args.role {
-        Some(Role::Pub) => {
-            let bus = bus(&args, &name)?;
-            publish(&args, &bus, &name)?;
-            Ok(0)
+    let sizes = args.load.sizes(DEFAULT_SIZE);
+    let sweep = args.load.all;
+    let head = Head {
+        transport: args.common.transport.name(),
+        target_msgs_per_sec: args.rate,
+        role: (args.role == Some(Role::Pub)).then_some("pub"),
+    };
+    if args.role == Some(Role::Pub) {
+        let mut published = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let name = side::size_channel(&mut args.common, &name, size, i, sweep, true)?;
+            let bus = bus(&args, &name, size)?;
+            published.push(publish(&args, &bus, &name, size)?);
         }
-        Some(Role::Sub) => {
-            let bus = bus(&args, &name)?;
-            let report = subscribe(&args, &bus, &name, None, None)?;
-            print(&args, &bus, &report, &name, core, None);
-            Ok(report.exit_code(args.allow_loss))
+        if args.common.json && !args.common.spawned {
+            report::print("mcast", &head, &published, sweep);
         }
-        None => {
-            let own = [
-                "--size".to_string(),
-                args.size.to_string(),
-                "--count".into(),
-                args.count.to_string(),
+        return Ok(0);
+    }
+    // With --loss: the hosts exist (and are removed) around the whole
+    // run; the publisher's in host 0, this process in host 1.
+    let mut topology = None;
+    let mut peer_common = args.common.clone();
+    if let (Some(pct), None) = (args.loss, args.role) {
+        if args.common.transport != TransportKind::Udp {
+            return Err(Failure::Usage(
+                "--loss runs UDP through network namespaces: --transport udp".into(),
+            ));
+        }
+        if args.common.interface.is_some() {
+            return Err(Failure::Usage(
+                "--loss chooses the interfaces itself; leave out --interface".into(),
+            ));
+        }
+        crate::netns::check_available()?;
+        crate::common::catch_interrupts()?;
+        let mut t = Topology::create()?;
+        let by = t.impair(pct)?;
+        t.enter(1)?;
+        args.common.interface = Some(t.addr(1));
+        peer_common.interface = Some(t.addr(0));
+        topology = Some((t, pct, by));
+    }
+    let mut reports = Vec::new();
+    let mut heading = None;
+    let mut code = 0;
+    for (i, &size) in sizes.iter().enumerate() {
+        let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
+        let bus = bus(&args, &name, size)?;
+        let report = if has_role {
+            subscribe(&args, &bus, &name, size, None, None)?
+        } else {
+            let mut own = args.load.peer_args(size, DEFAULT_COUNT);
+            own.extend([
                 "--rate".into(),
                 args.rate.to_string(),
                 "--capacity".into(),
                 args.capacity.to_string(),
-            ];
-            // With --loss: the hosts exist (and are removed) around the
-            // whole run; the publisher's in host 0, this process in host 1.
-            let mut topology = None;
-            let mut peer_common = args.common.clone();
-            if let Some(pct) = args.loss {
-                if args.common.transport != TransportKind::Udp {
-                    return Err(Failure::Usage(
-                        "--loss runs UDP through network namespaces: --transport udp".into(),
-                    ));
-                }
-                if args.common.interface.is_some() {
-                    return Err(Failure::Usage(
-                        "--loss chooses the interfaces itself; leave out --interface".into(),
-                    ));
-                }
-                crate::netns::check_available()?;
-                crate::common::catch_interrupts()?;
-                let mut t = Topology::create()?;
-                let by = t.impair(pct)?;
-                t.enter(1)?;
-                args.common.interface = Some(t.addr(1));
-                peer_common.interface = Some(t.addr(0));
-                topology = Some((t, pct, by));
-            }
-            let bus = bus(&args, &name)?;
+            ]);
+            peer_common.default_port = args.common.default_port;
             let netns = topology.as_ref().map(|(t, ..)| t.host(0));
             let publisher = peer::spawn(
                 netns.as_deref(),
@@ -225,13 +271,22 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                 peer_core,
             )?;
             let impairment = topology.as_ref().map(|(t, pct, by)| (t, *pct, *by));
-            let report = peer::measure(publisher, |p| {
-                subscribe(&args, &bus, &name, Some(p), impairment)
-            })?;
-            print(&args, &bus, &report, &name, core, Some(peer_core));
-            Ok(report.exit_code(args.allow_loss))
-        }
+            peer::measure(publisher, |p| {
+                subscribe(&args, &bus, &name, size, Some(p), impairment)
+            })?
+        };
+        heading.get_or_insert_with(|| {
+            self::heading(&args, &bus, &name, core, (!has_role).then_some(peer_core))
+        });
+        code = code.max(report.exit_code(args.allow_loss));
+        reports.push(report);
     }
+    if args.common.json {
+        report::print("mcast", &head, &reports, sweep);
+    } else {
+        print_table(&args, heading.as_deref().unwrap_or_default(), &reports);
+    }
+    Ok(code)
 }
 
 impl Report {
@@ -248,11 +303,11 @@ impl Report {
 }
 
 /// The bus, with the stream sized, stamped and placed for this run.
-fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
+fn bus(args: &Args, name: &str, size: u64) -> Result<Bus, Failure> {
     let mut placed = Ok(());
     let bus = crate::transport::bus(&args.common, |cfg| {
         let mut stream = StreamConfig {
-            max_message: args.size as usize,
+            max_message: size as usize,
             capacity: args.capacity,
             timestamps: true,
             // Started on its own, the subscriber may join after the
@@ -276,23 +331,36 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
     bus
 }
 
-/// Publishes `--count` stamped messages at `--rate`, then answers
-/// retransmit requests until the subscriber is done.
-fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
+/// Publishes `-n` stamped messages at `--rate` (or for `-D`, then an end
+/// mark), then answers retransmit requests until the subscriber is done.
+fn publish(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<Published, Failure> {
     let mut publisher = bus.publisher(name)?;
     let done = start_publishing(&args.common, name)?;
-    let size = args.size as usize;
+    let size = size as usize;
+    let last = args.load.count(DEFAULT_COUNT).unwrap_or(u64::MAX / 2);
+    let mut sent = 0;
     let t0 = Instant::now();
-    for i in 1..=args.count {
+    for i in 1..=last {
+        if time_is_up(args.load.duration, args.rate > 0, t0, i) {
+            break;
+        }
         if args.rate > 0 {
             pace(t0, due_ns(i, args.rate), || Ok(publisher.service()?))?;
         } else if i % SERVICE_EVERY == 0 {
             publisher.service()?;
         }
         let mut claim = publisher.claim(size)?;
-        claim[..8].copy_from_slice(&i.to_le_bytes());
-        claim[8..].fill(0x5a);
+        claim.fill(0x5a);
+        write_counter(&mut claim, i);
         // Stamped with the send time here (timestamps = true).
+        claim.commit()?;
+        sent = i;
+    }
+    let ns = nanos(t0.elapsed());
+    if args.load.duration.is_some() {
+        // The subscriber stops here: it could not know the count.
+        let mut claim = publisher.claim(size)?;
+        write_end(&mut claim);
         claim.commit()?;
     }
     publisher.flush()?;
@@ -303,19 +371,23 @@ fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
         Duration::from_secs(args.linger),
     )?;
     if !args.common.spawned {
-        eprintln!(
-            "mdbus-perf (pub): published {} messages, closing `{name}`",
-            args.count
-        );
+        eprintln!("mdbus-perf (pub): published {sent} messages, closing `{name}`");
     }
     // Dropping the publisher closes the stream.
-    Ok(())
+    let rate = per_sec(sent, ns);
+    Ok(Published {
+        size_bytes: size as u64,
+        sent,
+        seconds: ns as f64 / 1e9,
+        msgs_per_sec: rate.round(),
+    })
 }
 
 fn subscribe(
     args: &Args,
     bus: &Bus,
     name: &str,
+    size: u64,
     mut peer: Option<&mut Peer>,
     network: Option<(&Topology, f64, LossBy)>,
 ) -> Result<Report, Failure> {
@@ -324,14 +396,14 @@ fn subscribe(
         Some(peer) => peer.go()?,
         None => eprintln!("mdbus-perf (sub): joined `{name}`"),
     }
-    let count = args.count;
+    let count = args.load.count(DEFAULT_COUNT);
     let mut latency = Latency::new(LATENCY_MAX_NS);
-    let Drained { end, ns } = drain_stream(
+    let Drained { end, end_mark, ns } = drain_stream(
         &mut subscriber,
         peer.as_deref_mut(),
         &args.common,
         name,
-        Some(count),
+        count,
         |last_seq| {
             format!("the publisher went silent after message {last_seq} (heartbeat timeout)")
         },
@@ -356,49 +428,50 @@ fn subscribe(
         }),
         None => None,
     };
+    let received = stats.received.saturating_sub(u64::from(end_mark));
+    let lost = stats.gap_messages + stats.overrun_messages;
+    let rate = per_sec(received, ns);
     Ok(Report {
-        transport: args.common.transport.name(),
-        size: args.size,
-        rate: args.rate,
-        sent: end.unwrap_or(count),
-        received: stats.received,
-        lost: stats.gap_messages + stats.overrun_messages,
+        size_bytes: size,
+        sent: end.or(count).unwrap_or(received + lost),
+        received,
+        lost,
         recovered,
-        msgs_per_sec: per_sec(stats.received, ns).round(),
-        latency_ns: Percentiles::of(latency.histogram()),
+        seconds: ns as f64 / 1e9,
+        msgs_per_sec: rate.round(),
+        bandwidth: Bandwidth::of(rate, size, args.report_gbits),
+        latency_ns: LatencyNs::of(latency.histogram()),
         loss,
     })
 }
 
-fn print(
-    args: &Args,
-    bus: &Bus,
-    report: &Report,
-    name: &str,
-    core: usize,
-    peer_core: Option<usize>,
-) {
-    if args.common.json {
-        print_json(report);
-        return;
-    }
+/// The lines above the table: transport, stream, cores, pace.
+fn heading(args: &Args, bus: &Bus, name: &str, core: usize, peer_core: Option<usize>) -> String {
     let cores = cores_line(("subscriber", core), ("publisher", peer_core));
-    println!(
-        "mdbus-perf mcast: transport {}, stream `{name}`, {}, {}-byte messages, {cores}",
-        report.transport,
+    let mut text = format!(
+        "mdbus-perf mcast: transport {}, stream `{name}`, {}, {cores}\n",
+        args.common.transport.name(),
         crate::ip::describe_stream(&bus.config().stream(name)),
-        report.size
     );
-    let rate = if report.rate == 0 {
+    let rate = if args.rate == 0 {
         "as fast as possible".to_string()
     } else {
-        format!("{} msgs/s", report.rate)
+        format!("{} msgs/s", args.rate)
     };
-    println!(
-        "publisher {rate}, retains {} messages, wait {}",
+    let how_long = match args.load.duration {
+        Some(d) => format!("for {d:?}"),
+        None => format!("{} messages", args.load.count(DEFAULT_COUNT).unwrap_or(0)),
+    };
+    text += &format!(
+        "publisher {how_long} at {rate}, retains {} messages, wait {}",
         args.capacity, args.common.wait
     );
-    if let Some(loss) = &report.loss {
+    text
+}
+
+fn print_table(args: &Args, heading: &str, reports: &[Report]) {
+    println!("{heading}");
+    for loss in reports.iter().filter_map(|r| r.loss.as_ref()).take(1) {
         println!(
             "network: two namespaces on a bridge, {}% of what the subscriber's host receives dropped by {} ({} packets)",
             loss.pct,
@@ -408,15 +481,41 @@ fn print(
     }
     println!();
     println!(
-        "{:>12} {:>12} {:>12} {:>12} {:>14}",
-        "sent", "received", "lost", "recovered", "msgs/s"
+        "{:>8} {:>12} {:>12} {:>12} {:>12} {:>14} {:>10}",
+        "#bytes",
+        "sent",
+        "received",
+        "lost",
+        "recovered",
+        "msgs/s",
+        Bandwidth::heading(args.report_gbits)
     );
-    println!(
-        "{:>12} {:>12} {:>12} {:>12} {:>14.0}",
-        report.sent, report.received, report.lost, report.recovered, report.msgs_per_sec
-    );
+    for r in reports {
+        println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>14.0} {:>10.2}",
+            r.size_bytes,
+            r.sent,
+            r.received,
+            r.lost,
+            r.recovered,
+            r.msgs_per_sec,
+            r.bandwidth.value()
+        );
+    }
     println!();
-    crate::common::print_percentiles("one-way ns", &report.latency_ns);
+    let rows: Vec<LatencyRow<'_>> = reports
+        .iter()
+        .map(|r| LatencyRow {
+            what: "one-way",
+            size: r.size_bytes,
+            latency: &r.latency_ns,
+        })
+        .collect();
+    report::print_latency_table(&rows);
+    println!();
+    println!(
+        "one-way: the subscriber's clock at delivery minus the send time each message carries"
+    );
 }
 
 #[cfg(test)]

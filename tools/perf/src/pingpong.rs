@@ -1,10 +1,14 @@
 //! `mdbus-perf pingpong`: round-trip time between two processes.
 //!
-//! Ping writes a counter into the first 8 bytes of a `--size`-byte message
-//! and sends it; pong sends the same bytes back; ping times the round trip
-//! with `Instant::now()` on either side of it (the clock's own cost, about
-//! 20 ns, is in every sample) and records it in an HdrHistogram. Both sides
-//! busy-poll. The last message carries `u64::MAX` and tells pong to stop.
+//! Ping writes a counter into the first 8 bytes (fewer in a smaller
+//! message) of a `--size`-byte message and sends it; pong sends the same
+//! bytes back; ping times the round trip with `Instant::now()` on either
+//! side of it (the clock's own cost, about 20 ns, is in every sample) and
+//! records it in an HdrHistogram. Both sides busy-poll. The last message
+//! carries the end mark and tells pong to stop. The report gives the round
+//! trip (RTT) and half of it (half-RTT, the one-way figure ib_send_lat
+//! prints), each with min, percentiles, max, mean and standard deviation;
+//! with -a one measurement per size, each with a pong of its own.
 //!
 //! On the IP transport, `--transport tcp` runs the round trip over one TCP
 //! session and `--transport udp` over two UDP multicast streams; a stream
@@ -18,16 +22,22 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Bus, Event, Session, TransportKind};
 use serde::Serialize;
 
-use mdbus_tool_support::output::print_json;
-use mdbus_tool_support::percentiles::{latency_histogram, nanos, Percentiles};
+use mdbus_tool_support::output::LatencyNs;
+use mdbus_tool_support::percentiles::{latency_histogram, nanos};
 
-use crate::common::{cores_line, watchdog, Common, Failure};
-use crate::flow::counter;
+use crate::common::{bounded_capacity, cores_line, watchdog, Common, Failure, Load};
+use crate::flow::{counter, counter_of, is_end, write_counter, write_end};
 use crate::peer::{self, Peer};
+use crate::report::{self, LatencyRow};
 use crate::side;
 
-/// Counter value that ends the run.
-const STOP: u64 = u64::MAX;
+/// Payload bytes without -s.
+const DEFAULT_SIZE: u64 = 32;
+/// Round trips without -n.
+const DEFAULT_ITERS: u64 = 1_000_000;
+/// Most bytes of messages a ring holds: one message is in flight each
+/// way, so large ones (-a) need no deep ring.
+const RING_BUDGET: u64 = 4 << 20;
 
 /// Options of `mdbus-perf pingpong`.
 #[derive(Debug, Clone, clap::Args)]
@@ -44,15 +54,9 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub channel: Option<Channel>,
 
-    /// Payload bytes per message, at least 8 (the round-trip counter).
-    #[arg(long, default_value_t = 32,
-          value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
-    pub size: u64,
-
-    /// Round trips measured.
-    #[arg(long, default_value_t = 1_000_000,
-          value_parser = clap::value_parser!(u64).range(1..u64::MAX / 2))]
-    pub iters: u64,
+    /// Sizes and round trips: -s, -n, -a, -D.
+    #[command(flatten)]
+    pub load: Load,
 
     /// Round trips run first and left out of the histogram (they warm the
     /// caches, TLBs and branch predictors on both sides).
@@ -119,41 +123,82 @@ impl Args {
     }
 }
 
-/// What ping prints.
+/// What holds for the whole run, in its JSON object.
 #[derive(Debug, Serialize)]
-struct Report {
+struct Head {
     transport: &'static str,
     channel: Channel,
-    size: u64,
-    iters: u64,
-    warmup: u64,
-    rtt_ns: Percentiles,
+    /// `pong` when only the echoing side ran here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+}
+
+/// What ping measured at one size.
+#[derive(Debug, Serialize)]
+struct Measured {
+    size_bytes: u64,
+    /// Round trips measured (the histogram's count).
+    round_trips: u64,
+    warmup_round_trips: u64,
+    /// From the first measured round trip's start to the last one's end.
+    seconds: f64,
+    rtt_ns: LatencyNs,
+    /// Every figure of `rtt_ns` halved: the one-way share perftest's
+    /// latency tests report.
+    half_rtt_ns: LatencyNs,
+}
+
+/// What pong did at one size, for its report when run by hand.
+#[derive(Debug, Serialize)]
+struct Echoed {
+    size_bytes: u64,
+    /// Messages echoed (warm-up included).
+    messages: u64,
 }
 
 /// Runs the command.
 pub fn run(args: &Args) -> Result<(), Failure> {
-    // The channel first: a usage error whatever the machine has.
-    let channel = args.channel()?;
-    crate::transport::ready(&args.common)?;
     let mut args = args.clone();
+    crate::transport::resolve(&mut args.common, TransportKind::Shm)?;
+    // The channel next: a usage error whatever the machine has.
+    let channel = args.channel()?;
+    crate::transport::ready(&args.common, args.role != Some(Role::Ping))?;
     args.channel = Some(channel);
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pong));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
-    let args = &args;
-    let bus = bus(args, &name)?;
-    match args.role {
-        Some(Role::Pong) => pong(args, &bus, &name),
-        Some(Role::Ping) => {
-            let report = ping(args, &bus, &name, None)?;
-            print(args, &bus, &report, &name, core, None);
-            Ok(())
+    let sizes = args.load.sizes(DEFAULT_SIZE);
+    let sweep = args.load.all;
+    let head = Head {
+        transport: args.common.transport.name(),
+        channel,
+        role: (args.role == Some(Role::Pong)).then_some("pong"),
+    };
+    if args.role == Some(Role::Pong) {
+        let mut echoed = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
+            let bus = bus(&args, &name, size)?;
+            echoed.push(pong(&args, &bus, &name, size)?);
         }
-        None => {
+        if args.common.json && !args.common.spawned {
+            report::print("pingpong", &head, &echoed, sweep);
+        }
+        return Ok(());
+    }
+    let mut measured = Vec::new();
+    let mut heading = None;
+    for (i, &size) in sizes.iter().enumerate() {
+        let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
+        let bus = bus(&args, &name, size)?;
+        let args = &args;
+        let m = if has_role {
+            ping(args, &bus, &name, size, None)?
+        } else {
             let own = [
                 "--channel".to_string(),
-                channel_arg(args.channel()?).into(),
+                channel_arg(channel).into(),
                 "--size".into(),
-                args.size.to_string(),
+                size.to_string(),
             ];
             let pong = peer::spawn(
                 None,
@@ -164,11 +209,19 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 &name,
                 peer_core,
             )?;
-            let report = peer::measure(pong, |p| ping(args, &bus, &name, Some(p)))?;
-            print(args, &bus, &report, &name, core, Some(peer_core));
-            Ok(())
-        }
+            peer::measure(pong, |p| ping(args, &bus, &name, size, Some(p)))?
+        };
+        heading.get_or_insert_with(|| {
+            self::heading(args, &bus, &name, core, (!has_role).then_some(peer_core))
+        });
+        measured.push(m);
     }
+    if args.common.json {
+        report::print("pingpong", &head, &measured, sweep);
+    } else {
+        print_table(&args, heading.as_deref().unwrap_or_default(), &measured);
+    }
+    Ok(())
 }
 
 fn channel_arg(channel: Channel) -> &'static str {
@@ -185,17 +238,18 @@ fn stream_names(name: &str) -> (String, String) {
 /// The bus, with this run's channel sized for `--size` (and placed, on
 /// the IP transport: the ping stream on the group's port, pong's on the
 /// next).
-fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
-    let size = args.size as usize;
+fn bus(args: &Args, name: &str, size: u64) -> Result<Bus, Failure> {
     let timeout = args.common.timeout();
     let channel = args.channel()?;
     let mut placed = Ok(());
     let bus = crate::transport::bus(&args.common, |cfg| match channel {
         Channel::Session => {
+            let file = cfg.session(name);
             let mut session = SessionConfig {
-                max_message: size,
+                max_message: size as usize,
+                capacity: bounded_capacity(file.capacity, size, RING_BUDGET),
                 connect_timeout: timeout,
-                ..cfg.session(name)
+                ..file
             };
             placed = crate::ip::session(&args.common, &cfg.verbs, &mut session);
             cfg.sessions.insert(name.into(), session);
@@ -203,11 +257,13 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
         Channel::Stream => {
             let (ping, pong) = stream_names(name);
             for (offset, stream) in [ping, pong].into_iter().enumerate() {
+                let file = cfg.stream(&stream);
                 let mut s = StreamConfig {
-                    max_message: size,
+                    max_message: size as usize,
+                    capacity: bounded_capacity(file.capacity, size, RING_BUDGET),
                     // Either side may attach after the other's first message.
                     late_join: LateJoin::Oldest,
-                    ..cfg.stream(&stream)
+                    ..file
                 };
                 if placed.is_ok() {
                     placed = crate::ip::stream(&args.common, &mut s, offset as u16);
@@ -243,6 +299,8 @@ enum Link {
 enum Received {
     Nothing,
     Counter(u64),
+    /// The end mark: ping's last message.
+    End,
     /// The other side ended the channel in an orderly way.
     Closed,
 }
@@ -337,7 +395,11 @@ impl Link {
         let mut copy = |payload: &[u8]| {
             let n = payload.len().min(buf.len());
             buf[..n].copy_from_slice(&payload[..n]);
-            got = Some(counter(payload));
+            got = Some(if is_end(payload) {
+                Received::End
+            } else {
+                Received::Counter(counter(payload))
+            });
         };
         match self {
             Link::Session(s) => match s.poll(|m| copy(m.payload())) {
@@ -362,7 +424,7 @@ impl Link {
                 }
             }
         }
-        Ok(got.map_or(Received::Nothing, Received::Counter))
+        Ok(got.unwrap_or(Received::Nothing))
     }
 }
 
@@ -386,26 +448,44 @@ fn ping(
     args: &Args,
     bus: &Bus,
     name: &str,
+    size: u64,
     mut peer: Option<&mut Peer>,
-) -> Result<Report, Failure> {
+) -> Result<Measured, Failure> {
     let channel = args.channel()?;
     let mut link = Link::open(bus, channel, name, true).map_err(|e| args.common.peer_wait(e))?;
     if args.role.is_some() {
         eprintln!("mdbus-perf (ping): connected to pong on `{name}`");
     }
-    let mut out = vec![0x5au8; args.size as usize];
-    let mut back = vec![0u8; args.size as usize];
+    let size = size as usize;
+    let mut out = vec![0x5au8; size];
+    let mut back = vec![0u8; size];
     let mut hist = latency_histogram();
+    let warmup = args.warmup;
+    // With -D the count is open and the clock ends the run.
+    let last = args
+        .load
+        .count(DEFAULT_ITERS)
+        .map_or(u64::MAX / 2, |n| warmup + n);
+    let mut first: Option<Instant> = None;
+    let mut end = Instant::now();
     let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for pong's echo");
-    for i in 1..=args.warmup + args.iters {
-        out[..8].copy_from_slice(&i.to_le_bytes());
+    for i in 1..=last {
+        write_counter(&mut out, i);
+        let expect = counter_of(size, i);
         let t0 = Instant::now();
         link.send(&out)?;
         loop {
             match link.try_receive(&mut back)? {
-                Received::Counter(v) if v == i => break,
+                Received::Counter(v) if v == expect => break,
                 Received::Counter(v) => {
-                    return Err(Failure::Run(format!("sent round trip {i}, got {v} back")))
+                    return Err(Failure::Run(format!(
+                        "sent round trip {i} (counter {expect}), got counter {v} back"
+                    )))
+                }
+                Received::End => {
+                    return Err(Failure::Run(format!(
+                        "sent round trip {i}, got an end mark back"
+                    )))
                 }
                 Received::Nothing => {
                     link.idle()?;
@@ -413,44 +493,48 @@ fn ping(
                 }
                 Received::Closed => {
                     return Err(Failure::Run(format!(
-                        "pong closed `{name}` after {} of {} round trips",
-                        i - 1,
-                        args.warmup + args.iters
+                        "pong closed `{name}` after {} round trips",
+                        i - 1
                     )))
                 }
             }
         }
-        let rtt = nanos(t0.elapsed());
+        end = Instant::now();
         dog.progress();
-        if i > args.warmup {
-            hist.saturating_record(rtt);
+        if i > warmup {
+            hist.saturating_record(nanos(end - t0));
+            let start = *first.get_or_insert(t0);
+            if args.load.duration.is_some_and(|d| end - start >= d) {
+                break;
+            }
         }
     }
-    out[..8].copy_from_slice(&STOP.to_le_bytes());
+    write_end(&mut out);
     link.send(&out)?;
     link.linger(peer, &mut back, args.common.timeout())?;
-    Ok(Report {
-        transport: args.common.transport.name(),
-        channel,
-        size: args.size,
-        iters: hist.len(),
-        warmup: args.warmup,
-        rtt_ns: Percentiles::of(&hist),
+    let rtt_ns = LatencyNs::of(&hist);
+    Ok(Measured {
+        size_bytes: size as u64,
+        round_trips: hist.len(),
+        warmup_round_trips: warmup,
+        seconds: first.map_or(0.0, |t| (end - t).as_secs_f64()),
+        rtt_ns,
+        half_rtt_ns: rtt_ns.halved(),
     })
 }
 
-fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
+fn pong(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<Echoed, Failure> {
     let mut link =
         Link::open(bus, args.channel()?, name, false).map_err(|e| args.common.peer_wait(e))?;
     if !args.common.spawned {
         eprintln!("mdbus-perf (pong): connected to ping on `{name}`");
     }
-    let mut buf = vec![0u8; args.size as usize];
+    let mut buf = vec![0u8; size as usize];
     let mut echoed = 0u64;
     let mut dog = watchdog(None, &args.common, "waiting for ping");
     loop {
         match link.try_receive(&mut buf)? {
-            Received::Counter(STOP) | Received::Closed => break,
+            Received::End | Received::Closed => break,
             Received::Counter(_) => {
                 link.send(&buf)?;
                 echoed += 1;
@@ -465,76 +549,181 @@ fn pong(args: &Args, bus: &Bus, name: &str) -> Result<(), Failure> {
     if !args.common.spawned {
         eprintln!("mdbus-perf (pong): echoed {echoed} messages");
     }
-    Ok(())
+    Ok(Echoed {
+        size_bytes: size,
+        messages: echoed,
+    })
 }
 
-fn print(
-    args: &Args,
-    bus: &Bus,
-    report: &Report,
-    name: &str,
-    core: usize,
-    peer_core: Option<usize>,
-) {
-    if args.common.json {
-        print_json(report);
-        return;
-    }
+/// The lines above the table: transport, channel, cores, settings.
+fn heading(args: &Args, bus: &Bus, name: &str, core: usize, peer_core: Option<usize>) -> String {
     let cores = cores_line(("ping", core), ("pong", peer_core));
     let (ping, _) = stream_names(name);
-    let channel = match report.channel {
-        Channel::Session if crate::ip::has_ports(args.common.transport) => {
+    let transport = args.common.transport;
+    let channel = match args.channel.unwrap_or(Channel::Session) {
+        Channel::Session if crate::ip::has_ports(transport) => {
             format!("session `{name}` at {}", bus.config().session(name).address)
         }
         Channel::Session => format!("session `{name}`"),
-        Channel::Stream if crate::ip::is_ip(args.common.transport) => format!(
+        Channel::Stream if crate::ip::is_ip(transport) => format!(
             "streams `{name}.ping`/`{name}.pong`, {} (and the next port)",
             crate::ip::describe_stream(&bus.config().stream(&ping))
         ),
         Channel::Stream => format!("streams `{name}.ping`/`{name}.pong`"),
     };
-    println!(
-        "mdbus-perf pingpong: transport {}, {channel}, {}-byte messages, {cores}",
-        report.transport, report.size
+    let mut text = format!(
+        "mdbus-perf pingpong: transport {}, {channel}, {cores}\n",
+        transport.name()
     );
-    println!(
-        "{} round trips measured after {} warm-up, wait {}",
-        report.iters, report.warmup, args.common.wait
+    let what = match args.load.duration {
+        Some(d) => format!("round trips for {d:?}"),
+        None => format!(
+            "{} round trips",
+            args.load.count(DEFAULT_ITERS).unwrap_or(0)
+        ),
+    };
+    text += &format!(
+        "{what} measured after {} warm-up, wait {}",
+        args.warmup, args.common.wait
     );
-    if args.common.transport == TransportKind::Verbs {
-        println!("{}", crate::verbs::describe(&bus.config().verbs));
+    if transport == TransportKind::Verbs {
+        text += &format!("\n{}", crate::verbs::describe(&bus.config().verbs));
+    }
+    text
+}
+
+fn print_table(args: &Args, heading: &str, measured: &[Measured]) {
+    println!("{heading}");
+    if args.load.all {
+        println!("a channel of its own per size, named after it");
     }
     println!();
-    crate::common::print_percentiles("round trip ns", &report.rtt_ns);
+    let mut rows = Vec::new();
+    for m in measured {
+        rows.push(LatencyRow {
+            what: "half-RTT",
+            size: m.size_bytes,
+            latency: &m.half_rtt_ns,
+        });
+        rows.push(LatencyRow {
+            what: "RTT",
+            size: m.size_bytes,
+            latency: &m.rtt_ns,
+        });
+    }
+    report::print_latency_table(&rows);
+    println!();
+    println!(
+        "half-RTT: the round trip (RTT) halved, the one-way figure ib_send_lat reports \
+         (its t_typical is our half-RTT t_typical, the median)"
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// The command line as clap parses it.
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(line: &str) -> Args {
+        Cli::try_parse_from(line.split_whitespace())
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+            .args
+    }
 
     #[test]
-    fn report_serialises_to_the_documented_shape() {
-        let report = Report {
+    fn the_perftest_line_of_issue_13_selects_verbs_on_rxe0() {
+        // The acceptance line, as scripts/rdma-guest/run-tests runs it.
+        let mut a = parse("mdbus-perf -d rxe0 -x 1 -s 32 -n 1000");
+        assert_eq!(a.common.device.as_deref(), Some("rxe0"));
+        assert_eq!(a.common.gid_index, Some(1));
+        assert_eq!(a.load.size, Some(32));
+        assert_eq!(a.load.iters, Some(1000));
+        assert_eq!(a.load.count(DEFAULT_ITERS), Some(1000));
+        assert_eq!(a.load.sizes(DEFAULT_SIZE), [32]);
+        assert_eq!(a.common.transport_arg, None);
+        crate::transport::resolve(&mut a.common, TransportKind::Shm).unwrap();
+        assert_eq!(a.common.transport, TransportKind::Verbs);
+        assert_eq!(a.channel().unwrap(), Channel::Session);
+    }
+
+    #[test]
+    fn long_forms_and_the_count_alias_mean_the_same() {
+        for line in [
+            "p --device rxe0 --gid-index 1 --size 64 --iters 7",
+            "p --device rxe0 --gid-index 1 --size 64 --count 7",
+            "p -d rxe0 -x 1 -s 64 -n 7",
+        ] {
+            let a = parse(line);
+            assert_eq!(
+                (
+                    a.common.device.as_deref(),
+                    a.common.gid_index,
+                    a.load.size,
+                    a.load.iters
+                ),
+                (Some("rxe0"), Some(1), Some(64), Some(7)),
+                "{line}"
+            );
+        }
+        let a = parse("p -a -D 1.5s");
+        assert!(a.load.all);
+        assert_eq!(a.load.duration, Some(Duration::from_millis(1500)));
+        assert_eq!(a.load.count(DEFAULT_ITERS), None);
+        let sizes = a.load.sizes(DEFAULT_SIZE);
+        assert_eq!(sizes.first(), Some(&2));
+        assert_eq!(
+            sizes.last(),
+            Some(&(mdbus::config::MAX_MESSAGE_LIMIT as u64))
+        );
+        assert_eq!(sizes.len(), 20);
+        // An explicit transport wins over -d's implication.
+        let mut a = parse("p --transport shm -d eth0");
+        crate::transport::resolve(&mut a.common, TransportKind::Shm).unwrap();
+        assert_eq!(a.common.transport, TransportKind::Shm);
+    }
+
+    #[test]
+    fn conflicting_perftest_flags_are_usage_errors() {
+        for line in ["p -a -s 64", "p -n 10 -D 1s", "p -s 1", "p -D 0s"] {
+            let e = Cli::try_parse_from(line.split_whitespace()).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{line}");
+        }
+    }
+
+    #[test]
+    fn measured_serialises_rtt_and_half_rtt() {
+        let mut h = latency_histogram();
+        for v in [1000u64, 2000, 3000] {
+            h.record(v).unwrap();
+        }
+        let rtt_ns = LatencyNs::of(&h);
+        let m = Measured {
+            size_bytes: 32,
+            round_trips: 3,
+            warmup_round_trips: 2,
+            seconds: 0.5,
+            rtt_ns,
+            half_rtt_ns: rtt_ns.halved(),
+        };
+        let head = Head {
             transport: "shm",
             channel: Channel::Session,
-            size: 32,
-            iters: 10,
-            warmup: 2,
-            rtt_ns: Percentiles {
-                p50: 1,
-                p90: 2,
-                p99: 3,
-                p999: 4,
-                max: 5,
-            },
+            role: None,
         };
-        let v = serde_json::to_value(&report).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({
-                "transport": "shm", "channel": "session", "size": 32, "iters": 10, "warmup": 2,
-                "rtt_ns": {"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5}
-            })
-        );
+        let v = report::object("pingpong", &head, &[m], false);
+        assert_eq!(mdbus_tool_support::output::check_convention(&v), Ok(()));
+        assert_eq!(v["channel"], "session");
+        assert_eq!(v["round_trips"], 3);
+        assert_eq!(v["rtt_ns"]["p50"], 2000);
+        assert_eq!(v["half_rtt_ns"]["p50"], 1000);
+        assert_eq!(v["half_rtt_ns"]["min"], 500);
+        assert_eq!(v["rtt_ns"]["count"], 3);
     }
 }

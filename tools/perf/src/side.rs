@@ -24,3 +24,27 @@ pub fn setup(
     }
     Ok((name, core, peer_core))
 }
+
+/// The channel of the `index`th measurement of a run, at `size`: the
+/// run's own, or in a sweep (-a) one per size, its name ending in the
+/// size, with (when this process starts the peer: `has_role` false) a
+/// port of its own, so no measurement meets the previous one's leftovers.
+pub fn size_channel(
+    common: &mut Common,
+    base: &str,
+    size: u64,
+    index: usize,
+    sweep: bool,
+    has_role: bool,
+) -> Result<String, Failure> {
+    if !sweep {
+        return Ok(base.to_string());
+    }
+    if index > 0 && !has_role {
+        common.default_port = None;
+        common.default_port = crate::ip::pick_default_port(common)?;
+    }
+    let name = format!("{base}-{size}");
+    mdbus::names::check(&name).map_err(|e| Failure::Usage(format!("--name: {e}")))?;
+    Ok(name)
+}

@@ -3,10 +3,12 @@
 //! (an RC queue pair whose sends ask for a completion every
 //! `--signal-every`th only).
 //!
-//! The sender writes `--count` messages of `--size` bytes (a counter in the
-//! first 8) as fast as it can, or at `--rate`, then closes the channel. The
-//! receiver busy-polls, counts what arrives, and times from its first
-//! message to its last.
+//! The sender writes `-n` messages of `--size` bytes (a counter in the
+//! first 8, fewer in a smaller message) as fast as it can, or at `--rate`,
+//! or sends for `-D` seconds and ends a stream with an end mark, then
+//! closes the channel. The receiver busy-polls, counts what arrives, and
+//! times from its first message to its last. With -a, one measurement per
+//! size, each with a sender of its own.
 //!
 //! A stream never waits for its subscribers. On shared memory, messages the
 //! subscriber was too slow for are overwritten, and the stream reports them
@@ -29,14 +31,22 @@ use mdbus::config::{LateJoin, SessionConfig, StreamConfig};
 use mdbus::{Bus, TransportKind};
 use serde::Serialize;
 
-use mdbus_tool_support::output::print_json;
 use mdbus_tool_support::percentiles::{nanos, per_sec, Span};
 
-use crate::common::{cores_line, interrupted, watchdog, Common, Failure};
+use crate::common::{bounded_capacity, cores_line, interrupted, watchdog, Common, Failure, Load};
 pub use crate::flow::Role;
-use crate::flow::{counter, drain_stream, due_ns, pace, serve, start_publishing, Drained};
+use crate::flow::{
+    counter, counter_of, drain_stream, due_ns, pace, serve, start_publishing, time_is_up,
+    write_counter, write_end, Drained,
+};
 use crate::peer::{self, wait_for_go, Peer};
+use crate::report::{self, Bandwidth};
 use crate::side;
+
+/// Payload bytes without -s.
+const DEFAULT_SIZE: u64 = 64;
+/// Most bytes of messages a ring or window holds without --capacity.
+const RING_BUDGET: u64 = 64 << 20;
 
 /// Messages between two calls of a UDP publisher's `service` while it
 /// publishes flat out (a system call each; a retransmit request waits at
@@ -56,16 +66,14 @@ pub struct Args {
     #[arg(long)]
     pub allow_loss: bool,
 
-    /// Payload bytes per message, at least 8 (the message counter).
-    #[arg(long, default_value_t = 64,
-          value_parser = clap::value_parser!(u64).range(8..=mdbus::config::MAX_MESSAGE_LIMIT as u64))]
-    pub size: u64,
+    /// Sizes and messages: -s, -n (--count), -a, -D.
+    #[command(flatten)]
+    pub load: Load,
 
-    /// Messages to send. Default: 10000000 on shm, 1000000 on udp and tcp.
-    /// On udp, give both sides the same count when starting them by hand:
-    /// the subscriber stops once it has accounted for this many.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
+    /// Report bandwidth in Gb/s (10^9 bits per second) instead of MB/s,
+    /// as perftest's --report_gbits.
+    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
+    pub report_gbits: bool,
 
     /// Send at most this many messages per second; 0 sends as fast as
     /// possible. A stream subscriber slower than its publisher loses
@@ -77,11 +85,12 @@ pub struct Args {
 
     /// Messages the stream retains (a power of two): how far a shm
     /// subscriber may fall behind before it loses messages, and the udp
-    /// publisher's window for retransmission. A shm run with --count at
-    /// most this large cannot lose any. On tcp and verbs: messages in
+    /// publisher's window for retransmission. A shm run with -n at most
+    /// this large cannot lose any. On tcp and verbs: messages in
     /// flight before the sender waits (on verbs, the receive buffers
     /// posted and the send queue's depth, which the device bounds).
-    /// Default: 65536; 4096 on verbs.
+    /// Default: 65536; 4096 on verbs; fewer when that many messages of
+    /// --size would take more than 64 MiB.
     #[arg(long)]
     pub capacity: Option<usize>,
 
@@ -114,18 +123,29 @@ impl Args {
         self.role.map(Role::name)
     }
 
-    fn capacity(&self) -> usize {
-        self.capacity.unwrap_or(match self.common.transport {
-            TransportKind::Verbs => 4096,
-            _ => 65536,
+    /// The capacity at `size`: --capacity, else the transport's default
+    /// bounded for large messages.
+    fn capacity(&self, size: u64) -> usize {
+        self.capacity.unwrap_or_else(|| {
+            let default = match self.common.transport {
+                TransportKind::Verbs => 4096,
+                _ => 65536,
+            };
+            bounded_capacity(default, size, RING_BUDGET)
         })
     }
 
-    fn count(&self) -> u64 {
-        self.count.unwrap_or(match self.common.transport {
+    /// Messages without -n.
+    fn default_count(&self) -> u64 {
+        match self.common.transport {
             TransportKind::Shm => 10_000_000,
             _ => 1_000_000,
-        })
+        }
+    }
+
+    /// Messages to send; `None` with -D.
+    fn count(&self) -> Option<u64> {
+        self.load.count(self.default_count())
     }
 
     /// `tcp` and `verbs` carry a session, everything else a stream.
@@ -155,86 +175,111 @@ enum Channel {
     Session,
 }
 
-/// What the receiver prints.
+/// What holds for the whole run, in its JSON object.
 #[derive(Debug, Serialize)]
-struct Report {
+struct Head {
     transport: &'static str,
     channel: Channel,
-    size: u64,
+    /// `pub` when only the sender ran here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+}
+
+/// What the receiver measured at one size.
+#[derive(Debug, Serialize)]
+struct Report {
+    size_bytes: u64,
     sent: u64,
     received: u64,
     lost: u64,
     /// Messages that were missing and arrived by retransmission (udp).
     recovered: u64,
     before_join: u64,
+    /// From the first message received to the last.
+    seconds: f64,
     msgs_per_sec: f64,
-    mb_per_sec: f64,
+    #[serde(flatten)]
+    bandwidth: Bandwidth,
 }
 
-/// What a sender run alone prints.
+/// What a sender run alone measured at one size.
 #[derive(Debug, Serialize)]
 struct PublisherReport {
-    transport: &'static str,
-    channel: Channel,
-    size: u64,
+    size_bytes: u64,
     sent: u64,
+    seconds: f64,
     msgs_per_sec: f64,
-    mb_per_sec: f64,
+    #[serde(flatten)]
+    bandwidth: Bandwidth,
 }
 
 /// Runs the command.
 pub fn run(args: &Args) -> Result<u8, Failure> {
-    crate::transport::ready(&args.common)?;
     let mut args = args.clone();
+    crate::transport::resolve(&mut args.common, TransportKind::Shm)?;
+    crate::transport::ready(&args.common, args.role != Some(Role::Pub))?;
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
-    let args = &args;
-    let bus = bus(args, &name)?;
-    match args.role {
-        Some(Role::Pub) => {
-            let (sent, ns) = match args.channel() {
-                Channel::Stream => publish(args, &bus, &name)?,
-                Channel::Session => send(args, &bus, &name)?,
+    let sizes = args.load.sizes(DEFAULT_SIZE);
+    let sweep = args.load.all;
+    let head = Head {
+        transport: args.common.transport.name(),
+        channel: args.channel(),
+        role: (args.role == Some(Role::Pub)).then_some("pub"),
+    };
+    if args.role == Some(Role::Pub) {
+        let mut sent = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
+            let bus = bus(&args, &name, size)?;
+            let (count, ns) = match args.channel() {
+                Channel::Stream => publish(&args, &bus, &name, size)?,
+                Channel::Session => send(&args, &bus, &name, size)?,
             };
-            if !args.common.spawned {
-                let rate = per_sec(sent, ns);
-                let report = PublisherReport {
-                    transport: args.common.transport.name(),
-                    channel: args.channel(),
-                    size: args.size,
-                    sent,
-                    msgs_per_sec: rate.round(),
-                    mb_per_sec: mb(rate, args.size),
-                };
-                if args.common.json {
-                    print_json(&report);
-                } else {
-                    println!(
-                        "mdbus-perf throughput (pub): {sent} messages of {} bytes on `{name}`, {:.0} msgs/s, {:.1} MB/s",
-                        args.size, report.msgs_per_sec, report.mb_per_sec
-                    );
-                }
+            let rate = per_sec(count, ns);
+            sent.push(PublisherReport {
+                size_bytes: size,
+                sent: count,
+                seconds: ns as f64 / 1e9,
+                msgs_per_sec: rate.round(),
+                bandwidth: Bandwidth::of(rate, size, args.report_gbits),
+            });
+        }
+        if args.common.json && !args.common.spawned {
+            report::print("throughput", &head, &sent, sweep);
+        } else if !args.common.spawned {
+            for r in &sent {
+                println!(
+                    "mdbus-perf throughput (pub): {} messages of {} bytes on `{name}`, {:.0} msgs/s, {:.2} {}",
+                    r.sent,
+                    r.size_bytes,
+                    r.msgs_per_sec,
+                    r.bandwidth.value(),
+                    Bandwidth::heading(args.report_gbits)
+                );
             }
-            Ok(0)
         }
-        Some(Role::Sub) => {
-            let report = receive(args, &bus, &name, None)?;
-            print(args, &bus, &report, &name, core, None);
-            Ok(report.exit_code(args.allow_loss))
-        }
-        None => {
-            let own = [
-                "--size".to_string(),
-                args.size.to_string(),
-                "--count".into(),
-                args.count().to_string(),
+        return Ok(0);
+    }
+    let mut reports = Vec::new();
+    let mut heading = None;
+    let mut code = 0;
+    for (i, &size) in sizes.iter().enumerate() {
+        let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
+        let bus = bus(&args, &name, size)?;
+        let args = &args;
+        let report = if has_role {
+            receive(args, &bus, &name, size, None)?
+        } else {
+            let mut own = args.load.peer_args(size, args.default_count());
+            own.extend([
                 "--rate".into(),
                 args.rate.to_string(),
                 "--capacity".into(),
-                args.capacity().to_string(),
+                args.capacity(size).to_string(),
                 "--batch".into(),
                 args.batch.to_string(),
-            ];
+            ]);
             let publisher = peer::spawn(
                 None,
                 "throughput",
@@ -244,11 +289,27 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                 &name,
                 peer_core,
             )?;
-            let report = peer::measure(publisher, |p| receive(args, &bus, &name, Some(p)))?;
-            print(args, &bus, &report, &name, core, Some(peer_core));
-            Ok(report.exit_code(args.allow_loss))
-        }
+            peer::measure(publisher, |p| receive(args, &bus, &name, size, Some(p)))?
+        };
+        heading.get_or_insert_with(|| {
+            self::heading(
+                args,
+                &bus,
+                &name,
+                size,
+                core,
+                (!has_role).then_some(peer_core),
+            )
+        });
+        code = code.max(report.exit_code(args.allow_loss));
+        reports.push(report);
     }
+    if args.common.json {
+        report::print("throughput", &head, &reports, sweep);
+    } else {
+        print_table(&args, heading.as_deref().unwrap_or_default(), &reports);
+    }
+    Ok(code)
 }
 
 impl Report {
@@ -264,19 +325,15 @@ impl Report {
     }
 }
 
-fn mb(msgs_per_sec: f64, size: u64) -> f64 {
-    (msgs_per_sec * size as f64 / 1e6 * 10.0).round() / 10.0
-}
-
 /// The bus, with the channel sized (and, on the IP transport, placed) for
 /// this run.
-fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
+fn bus(args: &Args, name: &str, size: u64) -> Result<Bus, Failure> {
     let mut placed = Ok(());
     let bus = crate::transport::bus(&args.common, |cfg| match args.channel() {
         Channel::Stream => {
             let mut stream = StreamConfig {
-                max_message: args.size as usize,
-                capacity: args.capacity(),
+                max_message: size as usize,
+                capacity: args.capacity(size),
                 // Started on its own, the subscriber may attach after the
                 // publisher's first messages.
                 late_join: LateJoin::Oldest,
@@ -288,8 +345,8 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
         }
         Channel::Session => {
             let mut session = SessionConfig {
-                max_message: args.size as usize,
-                capacity: args.capacity(),
+                max_message: size as usize,
+                capacity: args.capacity(size),
                 connect_timeout: args.common.timeout(),
                 ..cfg.session(name)
             };
@@ -301,17 +358,21 @@ fn bus(args: &Args, name: &str) -> Result<Bus, Failure> {
     bus
 }
 
-/// Publishes `--count` messages on the stream; returns how many and the
-/// nanoseconds it took. On UDP it then answers retransmit requests until
-/// the subscriber is done.
-fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
+/// Publishes `-n` messages on the stream, or for `-D` followed by an end
+/// mark; returns how many and the nanoseconds it took. On UDP it then
+/// answers retransmit requests until the subscriber is done.
+fn publish(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), Failure> {
     let mut publisher = bus.publisher(name)?;
     let datagram = args.datagram();
     let done = start_publishing(&args.common, name)?;
-    let count = args.count();
-    let mut payload = vec![0x5au8; args.size as usize];
+    let last = args.count().unwrap_or(u64::MAX / 2);
+    let mut payload = vec![0x5au8; size as usize];
+    let mut sent = 0;
     let t0 = Instant::now();
-    for i in 1..=count {
+    for i in 1..=last {
+        if time_is_up(args.load.duration, args.rate > 0, t0, i) {
+            break;
+        }
         if args.rate > 0 {
             pace(t0, due_ns(i, args.rate), || {
                 if datagram {
@@ -320,8 +381,9 @@ fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
                 Ok(())
             })?;
         }
-        payload[..8].copy_from_slice(&i.to_le_bytes());
+        write_counter(&mut payload, i);
         publisher.publish(&payload)?;
+        sent = i;
         if args.batch > 1 && i % args.batch == 0 {
             publisher.flush()?;
         }
@@ -329,8 +391,13 @@ fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
             publisher.service()?;
         }
     }
-    publisher.flush()?;
     let ns = nanos(t0.elapsed());
+    if args.load.duration.is_some() {
+        // The subscriber stops here: it could not know the count.
+        write_end(&mut payload);
+        publisher.publish(&payload)?;
+    }
+    publisher.flush()?;
     if datagram {
         serve(
             &mut publisher,
@@ -341,12 +408,12 @@ fn publish(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
     }
     // Dropping the publisher closes the stream: the subscriber's end.
     drop(publisher);
-    Ok((count, ns))
+    Ok((sent, ns))
 }
 
-/// Sends `--count` messages on the session; returns how many and the
-/// nanoseconds it took.
-fn send(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
+/// Sends `-n` messages on the session, or for `-D`; returns how many and
+/// the nanoseconds it took.
+fn send(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), Failure> {
     let mut session = bus
         .session_connect(name)
         .map_err(|e| args.common.peer_wait(e))?;
@@ -355,27 +422,38 @@ fn send(args: &Args, bus: &Bus, name: &str) -> Result<(u64, u64), Failure> {
     } else {
         eprintln!("mdbus-perf (pub): sending on `{name}`");
     }
-    let count = args.count();
-    let mut payload = vec![0x5au8; args.size as usize];
+    let last = args.count().unwrap_or(u64::MAX / 2);
+    let mut payload = vec![0x5au8; size as usize];
+    let mut sent = 0;
     let t0 = Instant::now();
-    for i in 1..=count {
+    for i in 1..=last {
+        if time_is_up(args.load.duration, args.rate > 0, t0, i) {
+            break;
+        }
         if args.rate > 0 {
             pace(t0, due_ns(i, args.rate), || Ok(()))?;
         }
-        payload[..8].copy_from_slice(&i.to_le_bytes());
+        write_counter(&mut payload, i);
         // Waits while the receiver has no room; fails if it goes away.
         session.send(&payload)?;
+        sent = i;
     }
     let ns = nanos(t0.elapsed());
     // Closing sends what is left and tells the receiver this is the end.
     session.close();
-    Ok((count, ns))
+    Ok((sent, ns))
 }
 
-fn receive(args: &Args, bus: &Bus, name: &str, peer: Option<&mut Peer>) -> Result<Report, Failure> {
+fn receive(
+    args: &Args,
+    bus: &Bus,
+    name: &str,
+    size: u64,
+    peer: Option<&mut Peer>,
+) -> Result<Report, Failure> {
     match args.channel() {
-        Channel::Stream => subscribe(args, bus, name, peer),
-        Channel::Session => receive_session(args, bus, name, peer),
+        Channel::Stream => subscribe(args, bus, name, size, peer),
+        Channel::Session => receive_session(args, bus, name, size, peer),
     }
 }
 
@@ -383,6 +461,7 @@ fn subscribe(
     args: &Args,
     bus: &Bus,
     name: &str,
+    size: u64,
     mut peer: Option<&mut Peer>,
 ) -> Result<Report, Failure> {
     // Attaching waits (on shm) for the publisher to create the stream.
@@ -392,16 +471,17 @@ fn subscribe(
         None => eprintln!("mdbus-perf (sub): attached to `{name}`"),
     }
     // On UDP the publisher stays until told the subscriber is done, so the
-    // run ends at message `count` (delivered or reported lost); on shared
-    // memory, at the end of the stream.
+    // run ends at message `count` (delivered or reported lost), or at the
+    // end mark of a timed run; on shared memory, at the end of the stream
+    // (or the end mark).
     let datagram = args.datagram();
     let count = args.count();
-    let Drained { end, ns } = drain_stream(
+    let Drained { end, end_mark, ns } = drain_stream(
         &mut subscriber,
         peer.as_deref_mut(),
         &args.common,
         name,
-        datagram.then_some(count),
+        if datagram { count } else { None },
         |last_seq| {
             format!("the publisher went down after message {last_seq} without closing the stream")
         },
@@ -412,7 +492,6 @@ fn subscribe(
             peer.done()?;
         }
     }
-    let sent = end.unwrap_or(count);
     let stats = subscriber.stats();
     let recovered = match subscriber.recovery_counters() {
         Some(counters) => {
@@ -421,19 +500,20 @@ fn subscribe(
         }
         None => 0,
     };
-    let (received, lost) = (stats.received, stats.overrun_messages + stats.gap_messages);
+    let received = stats.received.saturating_sub(u64::from(end_mark));
+    let lost = stats.overrun_messages + stats.gap_messages;
+    let sent = end.or(count).unwrap_or(received + lost);
     let rate = per_sec(received, ns);
     Ok(Report {
-        transport: args.common.transport.name(),
-        channel: Channel::Stream,
-        size: args.size,
+        size_bytes: size,
         sent,
         received,
         lost,
         recovered,
         before_join: sent.saturating_sub(received + lost),
+        seconds: ns as f64 / 1e9,
         msgs_per_sec: rate.round(),
-        mb_per_sec: mb(rate, args.size),
+        bandwidth: Bandwidth::of(rate, size, args.report_gbits),
     })
 }
 
@@ -441,6 +521,7 @@ fn receive_session(
     args: &Args,
     bus: &Bus,
     name: &str,
+    size: u64,
     mut peer: Option<&mut Peer>,
 ) -> Result<Report, Failure> {
     // Waits up to --timeout for the sender to connect.
@@ -451,16 +532,16 @@ fn receive_session(
         Some(peer) => peer.go()?,
         None => eprintln!("mdbus-perf (sub): accepted `{name}`"),
     }
-    let mut last = 0u64;
+    let len = size as usize;
+    let mut n = 0u64;
     let mut out_of_order = 0u64;
     let mut span = Span::default();
     {
         let mut dog = watchdog(peer.as_deref_mut(), &args.common, "waiting for messages");
         loop {
             match session.poll(|m| {
-                let c = counter(m.payload());
-                out_of_order += u64::from(c != last + 1);
-                last = c;
+                n += 1;
+                out_of_order += u64::from(counter(m.payload()) != counter_of(len, n));
             }) {
                 Ok(0) => dog.idle()?,
                 Ok(_) => {
@@ -487,40 +568,38 @@ fn receive_session(
             "session `{name}`: {out_of_order} messages arrived out of order"
         )));
     }
+    // A session delivers everything in order (checked above), so what
+    // arrived is what was sent.
     let received = session.stats().received;
     let rate = per_sec(received, span.ns());
     Ok(Report {
-        transport: args.common.transport.name(),
-        channel: Channel::Session,
-        size: args.size,
-        sent: last,
+        size_bytes: size,
+        sent: n,
         received,
-        lost: last.saturating_sub(received),
+        lost: n.saturating_sub(received),
         recovered: 0,
         before_join: 0,
+        seconds: span.ns() as f64 / 1e9,
         msgs_per_sec: rate.round(),
-        mb_per_sec: mb(rate, args.size),
+        bandwidth: Bandwidth::of(rate, size, args.report_gbits),
     })
 }
 
-fn print(
+/// The lines above the table: transport, channel, cores, settings.
+fn heading(
     args: &Args,
     bus: &Bus,
-    report: &Report,
     name: &str,
+    size: u64,
     core: usize,
     peer_core: Option<usize>,
-) {
-    if args.common.json {
-        print_json(report);
-        return;
-    }
-    let (recv, send) = match report.channel {
+) -> String {
+    let (recv, send) = match args.channel() {
         Channel::Stream => ("subscriber", "publisher"),
         Channel::Session => ("receiver", "sender"),
     };
     let cores = cores_line((recv, core), (send, peer_core));
-    let channel = match (report.channel, args.common.transport) {
+    let channel = match (args.channel(), args.common.transport) {
         (Channel::Stream, TransportKind::Udp) => format!(
             "stream `{name}`, {}",
             crate::ip::describe_stream(&bus.config().stream(name))
@@ -530,41 +609,64 @@ fn print(
             format!("session `{name}` at {}", bus.config().session(name).address)
         }
     };
-    println!(
-        "mdbus-perf throughput: transport {}, {channel}, {}-byte messages, {cores}",
-        report.transport, report.size
+    let mut text = format!(
+        "mdbus-perf throughput: transport {}, {channel}, {cores}\n",
+        args.common.transport.name()
     );
     let rate = if args.rate == 0 {
         "as fast as possible".to_string()
     } else {
         format!("at most {} msgs/s", args.rate)
     };
+    let how_long = match args.load.duration {
+        Some(d) => format!("for {d:?}"),
+        None => format!("{} messages", args.count().unwrap_or(0)),
+    };
     let batch = if args.datagram() && args.batch > 1 {
         format!(", flush every {} messages", args.batch)
     } else {
         String::new()
     };
-    println!(
-        "{send} {rate}, capacity {}{batch}, wait {}",
-        args.capacity(),
+    let capacity = if args.load.all {
+        format!("capacity {} at {size} bytes", args.capacity(size))
+    } else {
+        format!("capacity {}", args.capacity(size))
+    };
+    text += &format!(
+        "{send} {how_long} {rate}, {capacity}{batch}, wait {}",
         args.common.wait
     );
     if args.common.transport == TransportKind::Verbs {
-        println!("{}", crate::verbs::describe(&bus.config().verbs));
+        text += &format!("\n{}", crate::verbs::describe(&bus.config().verbs));
     }
+    text
+}
+
+fn print_table(args: &Args, heading: &str, reports: &[Report]) {
+    println!("{heading}");
     println!();
     println!(
-        "{:>12} {:>12} {:>12} {:>12} {:>12} {:>14} {:>10}",
-        "sent", "received", "lost", "recovered", "before join", "msgs/s", "MB/s"
+        "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14} {:>10}",
+        "#bytes",
+        "sent",
+        "received",
+        "lost",
+        "recovered",
+        "before join",
+        "msgs/s",
+        Bandwidth::heading(args.report_gbits)
     );
-    println!(
-        "{:>12} {:>12} {:>12} {:>12} {:>12} {:>14.0} {:>10.1}",
-        report.sent,
-        report.received,
-        report.lost,
-        report.recovered,
-        report.before_join,
-        report.msgs_per_sec,
-        report.mb_per_sec
-    );
+    for r in reports {
+        println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14.0} {:>10.2}",
+            r.size_bytes,
+            r.sent,
+            r.received,
+            r.lost,
+            r.recovered,
+            r.before_join,
+            r.msgs_per_sec,
+            r.bandwidth.value()
+        );
+    }
 }

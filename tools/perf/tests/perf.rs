@@ -88,7 +88,15 @@ fn json_of(out: &Output) -> Value {
     let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "one JSON object expected, got:\n{stdout}");
-    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    let v: Value = serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(
+        mdbus_tool_support::output::check_convention(&v),
+        Ok(()),
+        "{stdout}"
+    );
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys[..3], ["schema", "tool", "mode"], "{stdout}");
+    v
 }
 
 fn u(v: &Value, path: &[&str]) -> u64 {
@@ -100,8 +108,10 @@ fn u(v: &Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("{path:?} is not an unsigned integer in {v}"))
 }
 
+/// The round trip's distribution is ordered, counts every measured round
+/// trip, and half of it is reported beside it.
 fn assert_ordered_percentiles(v: &Value) {
-    let p: Vec<u64> = ["p50", "p90", "p99", "p999", "max"]
+    let p: Vec<u64> = ["min", "p50", "p90", "p99", "p999", "p9999", "max"]
         .iter()
         .map(|k| u(v, &["rtt_ns", k]))
         .collect();
@@ -109,6 +119,20 @@ fn assert_ordered_percentiles(v: &Value) {
     assert!(
         p.windows(2).all(|w| w[0] <= w[1]),
         "percentiles out of order: {v}"
+    );
+    assert_eq!(u(v, &["rtt_ns", "count"]), u(v, &["round_trips"]), "{v}");
+    for k in ["min", "p50", "p99", "max"] {
+        assert_eq!(
+            u(v, &["half_rtt_ns", k]),
+            u(v, &["rtt_ns", k]) / 2,
+            "{k}: {v}"
+        );
+    }
+    let mean = v["rtt_ns"]["mean"].as_f64().expect("mean");
+    assert!(mean >= p[0] as f64 && mean <= p[6] as f64, "{v}");
+    assert!(
+        v["rtt_ns"]["stddev"].as_f64().expect("stddev") >= 0.0,
+        "{v}"
     );
 }
 
@@ -172,9 +196,9 @@ fn pingpong_session_json() {
     let v = json_of(&out);
     assert_eq!(v["transport"], "shm");
     assert_eq!(v["channel"], "session");
-    assert_eq!(u(&v, &["size"]), 32);
-    assert_eq!(u(&v, &["iters"]), 2000);
-    assert_eq!(u(&v, &["warmup"]), 100);
+    assert_eq!(u(&v, &["size_bytes"]), 32);
+    assert_eq!(u(&v, &["round_trips"]), 2000);
+    assert_eq!(u(&v, &["warmup_round_trips"]), 100);
     assert_ordered_percentiles(&v);
 }
 
@@ -199,8 +223,8 @@ fn pingpong_stream_json_with_a_larger_message() {
     ]);
     let v = json_of(&out);
     assert_eq!(v["channel"], "stream");
-    assert_eq!(u(&v, &["size"]), 200);
-    assert_eq!(u(&v, &["iters"]), 1500);
+    assert_eq!(u(&v, &["size_bytes"]), 200);
+    assert_eq!(u(&v, &["round_trips"]), 1500);
     assert_ordered_percentiles(&v);
 }
 
@@ -217,11 +241,16 @@ fn pingpong_table_names_the_percentiles() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     for word in [
-        "p50",
-        "p90",
-        "p99",
-        "p99.9",
-        "max",
+        "t_min[usec]",
+        "t_typical[usec]",
+        "t_avg[usec]",
+        "t_stdev[usec]",
+        "99%[usec]",
+        "99.9%[usec]",
+        "t_max[usec]",
+        "\nhalf-RTT ",
+        "\nRTT ",
+        "half-RTT: the round trip (RTT) halved",
         "500 round trips",
         "transport shm",
     ] {
@@ -255,7 +284,7 @@ fn throughput_unlapped_reader_receives_everything() {
     ]);
     let v = json_of(&out);
     assert_eq!(v["transport"], "shm");
-    assert_eq!(u(&v, &["size"]), 64);
+    assert_eq!(u(&v, &["size_bytes"]), 64);
     assert_eq!(u(&v, &["sent"]), 20000);
     assert_eq!(u(&v, &["received"]), 20000);
     assert_eq!(u(&v, &["lost"]), 0);
@@ -340,21 +369,6 @@ fn throughput_table_names_the_columns() {
     }
 }
 
-#[test]
-fn transports_not_in_this_build_are_refused_in_one_line() {
-    for command in ["pingpong", "throughput", "mcast"] {
-        let out = perf(&[command, "--transport", "auto", "--json"]);
-        assert_eq!(out.status.code(), Some(2), "{command} auto");
-        assert!(out.stdout.is_empty(), "{command} auto: no report expected");
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(
-            stderr.trim_end(),
-            "mdbus-perf: transport auto is not available in this build",
-            "{command} auto"
-        );
-    }
-}
-
 /// Whether this machine has an RDMA device (then the verbs runs are
 /// measured in the RDMA lane's guest, not refused).
 fn has_rdma() -> bool {
@@ -418,6 +432,12 @@ fn verbs_without_a_device_is_refused_in_the_library_sentence() {
             "--address",
             "10.99.0.1:7000",
         ],
+        // perftest's spelling: -d selects verbs.
+        &[
+            "pingpong", "-d", "rxe0", "-x", "1", "-s", "32", "-n", "1000",
+        ],
+        &["throughput", "-d", "rxe0", "-n", "10"],
+        &["mcast", "-x", "1", "-n", "10"],
     ];
     for args in runs {
         let out = perf(args);
@@ -544,7 +564,7 @@ fn unknown_transport_lists_the_known_ones() {
 #[test]
 fn bad_options_are_usage_errors() {
     let cases: &[(&[&str], &str)] = &[
-        (&["pingpong", "--size", "4"], "--size"),
+        (&["pingpong", "--size", "1"], "--size"),
         (&["pingpong", "--cores", "3-1"], "--cores"),
         (
             &["throughput", "--name", "no/slashes", "--count", "1"],
@@ -715,8 +735,8 @@ fn pingpong_over_a_tcp_session() {
     let v = json_of(&out);
     assert_eq!(v["transport"], "tcp");
     assert_eq!(v["channel"], "session");
-    assert_eq!(u(&v, &["size"]), 32);
-    assert_eq!(u(&v, &["iters"]), 2000);
+    assert_eq!(u(&v, &["size_bytes"]), 32);
+    assert_eq!(u(&v, &["round_trips"]), 2000);
     assert_ordered_percentiles(&v);
 }
 
@@ -754,8 +774,8 @@ fn pingpong_over_two_udp_streams() {
     let v = json_of(&out);
     assert_eq!(v["transport"], "udp");
     assert_eq!(v["channel"], "stream");
-    assert_eq!(u(&v, &["size"]), 100);
-    assert_eq!(u(&v, &["iters"]), 2000);
+    assert_eq!(u(&v, &["size_bytes"]), 100);
+    assert_eq!(u(&v, &["round_trips"]), 2000);
     assert_ordered_percentiles(&v);
 }
 
@@ -879,7 +899,7 @@ fn mcast_on_the_loopback_loses_nothing() {
     ]);
     let v = json_of(&out);
     assert_eq!(v["transport"], "udp");
-    assert_eq!(u(&v, &["size"]), 48);
+    assert_eq!(u(&v, &["size_bytes"]), 48);
     assert_eq!(u(&v, &["sent"]), 5000);
     assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 5000, "{v}");
     assert_eq!(u(&v, &["lost"]), 0, "{v}");
@@ -903,8 +923,10 @@ fn mcast_table_names_the_columns() {
         "received",
         "lost",
         "recovered",
-        "one-way ns",
-        "p99.9",
+        "MB/s",
+        "\none-way ",
+        "t_typical[usec]",
+        "99.9%[usec]",
     ] {
         assert!(text.contains(word), "{word:?} missing from:\n{text}");
     }
@@ -1094,14 +1116,19 @@ fn udp_sides_started_by_hand_meet_on_the_given_group() {
         "yield",
         "--timeout",
         "120",
+        "--json",
     ]);
-    assert!(
-        publisher.status.success(),
-        "{}",
-        String::from_utf8_lossy(&publisher.stderr)
+    // Each side prints its own object.
+    let p = json_of(&publisher);
+    assert_eq!(
+        (&p["mode"], &p["role"]),
+        (&"mcast".into(), &"pub".into()),
+        "{p}"
     );
+    assert_eq!(u(&p, &["sent"]), 2000, "{p}");
     let out = wait_or_fail(sub, Some(sub_stderr), "mcast --role sub");
     let v = json_of(&out);
+    assert!(v.get("role").is_none(), "{v}");
     assert_eq!(u(&v, &["sent"]), 2000, "{v}");
     assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 2000, "{v}");
 }
@@ -1123,4 +1150,352 @@ fn every_help_lists_the_exit_codes() {
         let help = String::from_utf8(perf(&[command, "--help"]).stdout).unwrap();
         assert!(help.contains("--allow-loss"), "{command}: {help}");
     }
+}
+
+// ------------------------------- perftest's flags, one JSON object ----
+
+/// The `results` array of a sweep (-a): one object per size, powers of
+/// two from 2 bytes to the largest message (1 MiB), in order.
+fn sweep_results(v: &Value) -> &Vec<Value> {
+    let results = v["results"].as_array().unwrap_or_else(|| panic!("{v}"));
+    let sizes: Vec<u64> = results.iter().map(|r| u(r, &["size_bytes"])).collect();
+    let want: Vec<u64> = (1..=20).map(|p| 1u64 << p).collect();
+    assert_eq!(sizes, want, "{v}");
+    assert!(v.get("size_bytes").is_none(), "{v}");
+    results
+}
+
+#[test]
+fn pingpong_takes_perftests_flags_and_reports_half_the_round_trip() {
+    let s = Scratch::new("pp-perftest");
+    for count in ["-n", "--count", "--iters"] {
+        let out = measure(&[
+            "pingpong", "-s", "16", count, "300", "--warmup", "10", "--name", &s.name, "--config",
+            &s.config, "--json",
+        ]);
+        let v = json_of(&out);
+        assert_eq!(v["tool"], "mdbus-perf");
+        assert_eq!(v["mode"], "pingpong");
+        assert_eq!(v["transport"], "shm");
+        assert_eq!(u(&v, &["size_bytes"]), 16, "{count}");
+        assert_eq!(u(&v, &["round_trips"]), 300, "{count}");
+        assert_eq!(u(&v, &["warmup_round_trips"]), 10, "{count}");
+        assert_ordered_percentiles(&v);
+    }
+}
+
+#[test]
+fn pingpong_of_two_byte_messages() {
+    // Smaller than the 8-byte counter: it wraps, and the end mark still
+    // ends pong.
+    let s = Scratch::new("pp-2b");
+    let out = measure(&[
+        "pingpong", "-s", "2", "-n", "200", "--warmup", "0", "--name", &s.name, "--config",
+        &s.config, "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["size_bytes"]), 2);
+    assert_eq!(u(&v, &["round_trips"]), 200);
+}
+
+#[test]
+fn pingpong_sweep_has_one_result_per_size() {
+    let s = Scratch::new("pp-all");
+    let out = measure(&[
+        "pingpong", "-a", "-n", "5", "--warmup", "0", "--name", &s.name, "--config", &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["channel"], "session");
+    for r in sweep_results(&v) {
+        assert_eq!(u(r, &["round_trips"]), 5, "{r}");
+        assert_eq!(u(r, &["rtt_ns", "count"]), 5, "{r}");
+        assert_eq!(
+            u(r, &["half_rtt_ns", "p50"]),
+            u(r, &["rtt_ns", "p50"]) / 2,
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn pingpong_for_a_duration_counts_what_it_measured() {
+    let s = Scratch::new("pp-duration");
+    let out = measure(&[
+        "pingpong", "-D", "100ms", "--warmup", "0", "--name", &s.name, "--config", &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    let n = u(&v, &["round_trips"]);
+    assert!(n > 0, "{v}");
+    assert_eq!(u(&v, &["rtt_ns", "count"]), n, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() > 0.0, "{v}");
+}
+
+#[test]
+fn throughput_takes_perftests_flags_and_reports_gbits() {
+    let s = Scratch::new("tp-perftest");
+    let out = measure(&[
+        "throughput",
+        "-s",
+        "128",
+        "-n",
+        "1000",
+        "--report_gbits",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["mode"], "throughput");
+    assert_eq!(u(&v, &["size_bytes"]), 128);
+    assert_eq!(u(&v, &["sent"]), 1000);
+    assert_eq!(u(&v, &["received"]), 1000);
+    assert!(v["gbits_per_sec"].as_f64().is_some(), "{v}");
+    assert!(v.get("mb_per_sec").is_none(), "{v}");
+}
+
+#[test]
+fn throughput_sweep_has_one_result_per_size() {
+    // A ring of 8 holds all 8 messages of every size: nothing is lost.
+    let s = Scratch::new("tp-all");
+    let out = measure(&[
+        "throughput",
+        "-a",
+        "-n",
+        "8",
+        "--capacity",
+        "8",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    for r in sweep_results(&v) {
+        assert_eq!((u(r, &["sent"]), u(r, &["received"])), (8, 8), "{r}");
+        assert!(r["mb_per_sec"].as_f64().is_some(), "{r}");
+    }
+}
+
+#[test]
+fn throughput_for_a_duration_accounts_for_every_message() {
+    // Timed: the publisher ends the stream with an end mark the
+    // subscriber does not count, on shared memory and on UDP alike.
+    let s = Scratch::new("tp-duration");
+    for transport in ["shm", "udp"] {
+        let out = measure(&[
+            "throughput",
+            "--transport",
+            transport,
+            "-D",
+            "150ms",
+            "--rate",
+            "20000",
+            "--allow-loss",
+            "--name",
+            &s.name,
+            "--config",
+            &s.config,
+            "--json",
+        ]);
+        let v = json_of(&out);
+        let sent = u(&v, &["sent"]);
+        assert!(sent > 0, "{transport}: {v}");
+        assert_eq!(u(&v, &["before_join"]), 0, "{transport}: {v}");
+        assert_eq!(
+            u(&v, &["received"]) + u(&v, &["lost"]),
+            sent,
+            "{transport}: {v}"
+        );
+    }
+}
+
+#[test]
+fn mcast_takes_perftests_flags() {
+    let p = Patient::new("mcast-perftest");
+    let out = measure(&[
+        "mcast",
+        "-s",
+        "16",
+        "-n",
+        "300",
+        "--rate",
+        "10000",
+        "--report_gbits",
+        "--name",
+        &p.name,
+        "--config",
+        &p.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["mode"], "mcast");
+    assert_eq!(u(&v, &["size_bytes"]), 16);
+    assert_eq!(u(&v, &["sent"]), 300);
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), 300, "{v}");
+    assert_eq!(u(&v, &["latency_ns", "count"]), u(&v, &["received"]), "{v}");
+    assert!(v["gbits_per_sec"].as_f64().is_some(), "{v}");
+}
+
+#[test]
+fn mcast_for_a_duration_accounts_for_every_message() {
+    let p = Patient::new("mcast-duration");
+    let out = measure(&[
+        "mcast", "-D", "100ms", "--rate", "10000", "--name", &p.name, "--config", &p.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    let sent = u(&v, &["sent"]);
+    assert!(sent > 0, "{v}");
+    assert_eq!(u(&v, &["received"]) + u(&v, &["lost"]), sent, "{v}");
+    assert_eq!(u(&v, &["latency_ns", "count"]), u(&v, &["received"]), "{v}");
+}
+
+#[test]
+fn transport_auto_is_the_librarys_choice() {
+    if has_rdma() {
+        skip(
+            "transport_auto_is_the_librarys_choice",
+            "this machine has an RDMA device, where auto picks verbs",
+        );
+        return;
+    }
+    // No RDMA device: shared memory, and for a multicast stream UDP.
+    let s = Scratch::new("auto");
+    for (mode, want) in [("pingpong", "shm"), ("throughput", "shm"), ("mcast", "udp")] {
+        let pace: &[&str] = if mode == "pingpong" {
+            &["--warmup", "0"]
+        } else {
+            &["--rate", "10000"]
+        };
+        let mut args = vec![mode, "--transport", "auto", "-n", "100"];
+        args.extend(pace);
+        args.extend(["--name", &s.name, "--config", &s.config, "--json"]);
+        let v = json_of(&measure(&args));
+        assert_eq!(v["transport"], want, "{mode}: {v}");
+    }
+}
+
+/// Runs `args`, which must fail with exit status 2 and one line on stderr
+/// containing `needle`.
+fn usage_error(args: &[&str], needle: &str) {
+    let out = perf(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+}
+
+#[test]
+fn cores_this_process_may_not_use_are_a_usage_error() {
+    let beyond = std::thread::available_parallelism().map_or(1, |n| n.get()) + 64;
+    let cores = format!("0,{beyond}");
+    for mode in ["pingpong", "throughput"] {
+        usage_error(
+            &[mode, "--cores", &cores, "-n", "1"],
+            &format!("--cores {cores}: core {beyond} is not available to this process"),
+        );
+    }
+}
+
+#[test]
+fn addresses_this_host_lacks_or_shm_ignores_are_usage_errors() {
+    // TEST-NET-3 (RFC 5737): never an address of this host.
+    for args in [
+        &[
+            "throughput",
+            "--transport",
+            "udp",
+            "--interface",
+            "203.0.113.7",
+            "-n",
+            "1",
+        ][..],
+        &[
+            "pingpong",
+            "--transport",
+            "tcp",
+            "--interface",
+            "203.0.113.7",
+            "-n",
+            "1",
+        ],
+        &["mcast", "--interface", "203.0.113.7", "-n", "1"],
+    ] {
+        usage_error(
+            args,
+            "--interface 203.0.113.7 is not an address of this host's interfaces",
+        );
+    }
+    // A session's acceptor listens at --address: on this host when it
+    // runs here (this process's peer, or --role pong).
+    let away = ["--transport", "tcp", "--address", "203.0.113.7:7000"];
+    for own in [
+        &["pingpong", "-n", "1"][..],
+        &["pingpong", "--role", "pong"],
+        &["throughput", "-n", "1"],
+    ] {
+        let args: Vec<&str> = own.iter().chain(&away).copied().collect();
+        usage_error(
+            &args,
+            "--address 203.0.113.7 is not an address of this host's interfaces",
+        );
+    }
+    usage_error(
+        &["pingpong", "--interface", "127.0.0.1", "-n", "1"],
+        "--interface applies to --transport udp, tcp and verbs, not shm",
+    );
+}
+
+#[test]
+fn conflicting_perftest_flags_are_usage_errors() {
+    for (args, needle) in [
+        (&["pingpong", "-a", "-s", "64"][..], "--all"),
+        (&["throughput", "-n", "10", "-D", "1s"], "--duration"),
+        (&["mcast", "-s", "1"], "--size"),
+        (&["pingpong", "-D", "soon"], "is not a duration"),
+        (&["pingpong", "--report_gbits"], "--report_gbits"),
+    ] {
+        let out = perf(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(first.contains(needle), "{args:?}: {stderr}");
+    }
+    usage_error(
+        &["mcast", "-a", "--loss", "5"],
+        "--loss measures one message size: leave out -a",
+    );
+}
+
+#[test]
+fn pingpong_sides_started_by_hand_each_print_one_object() {
+    let s = Scratch::new("pp-hand");
+    let side = |role: &str, core: &str| {
+        let mut c = Command::new(PERF);
+        c.args(["pingpong", "--role", role, "--name", &s.name])
+            .args(["--config", &s.config, "--cores", core, "-s", "24", "--json"])
+            .args(SHARED_MACHINE)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let pong = side("pong", "1").spawn().expect("start pong");
+    let ping = side("ping", "0")
+        .args(["-n", "50", "--warmup", "5"])
+        .spawn()
+        .expect("start ping");
+    let ping = json_of(&wait_or_fail(ping, None, "ping by hand"));
+    let pong = json_of(&wait_or_fail(pong, None, "pong by hand"));
+    assert_eq!(u(&ping, &["round_trips"]), 50, "{ping}");
+    assert_eq!(u(&ping, &["size_bytes"]), 24, "{ping}");
+    assert_eq!(pong["role"], "pong", "{pong}");
+    // Pong echoed the warm-up too.
+    assert_eq!(u(&pong, &["messages"]), 55, "{pong}");
 }
