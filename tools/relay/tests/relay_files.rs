@@ -15,6 +15,7 @@ use mdbus_feed::moldudp64::{Packet, Session};
 use mdbus_feed::pcap::CaptureWriter;
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 use mdbus_relay::{Relay, RelayConfig, RunOptions, Summary};
+use mdbus_tool_support::output::check_convention;
 use relay_common::*;
 
 const CAPACITY: usize = 1 << 17;
@@ -471,16 +472,22 @@ fn a_hostile_capture_is_counted_by_reason_and_the_genuine_day_delivered() {
     assert_eq!(c.upstream.suspect_jumps, 1);
     assert_eq!(c.upstream.other_session, 1);
     // The same counts, by reason, in the JSON and the text summary.
-    let json = serde_json::to_value(&summary).unwrap();
-    assert_eq!(json["capture"]["fragments"], 1);
-    assert_eq!(json["capture"]["bad_udp_length"], 2);
-    assert_eq!(json["capture"]["not_udp"], 1);
-    assert_eq!(json["capture"]["truncated"], 1);
-    assert_eq!(json["capture"]["not_ipv4"], 1);
-    assert_eq!(json["malformed_count_mismatch"], 1);
-    assert_eq!(json["malformed_bad_block_length"], 1);
-    assert_eq!(json["suspect_jumps"], 1);
-    assert_eq!(json["other_session"], 1);
+    let json = serde_json::Value::Object(mdbus_relay::report::summary_json(&summary));
+    assert_eq!(check_convention(&json), Ok(()), "{json}");
+    let skipped = &json["skipped"];
+    assert_eq!(skipped["fragments"], 1);
+    assert_eq!(skipped["bad_udp_length"], 2);
+    assert_eq!(skipped["not_udp"], 1);
+    assert_eq!(skipped["truncated"], 1);
+    assert_eq!(skipped["not_ipv4"], 1);
+    assert_eq!(json["capture_frames"], stamped.len() as u64);
+    let drops = &json["drops"];
+    assert_eq!(drops["malformed_count_mismatch"], 1);
+    assert_eq!(drops["malformed_bad_block_length"], 1);
+    assert_eq!(drops["suspect_jumps"], 1);
+    assert_eq!(drops["other_session"], 1);
+    assert_eq!(json["malformed_packets"], 2);
+    assert_eq!(json["lost"], false);
     assert!(json["data_lost"].is_null());
     let text = mdbus_relay::report::summary_text(&summary);
     assert!(
@@ -623,7 +630,8 @@ fn a_ten_hour_jump_in_a_paced_capture_does_not_hold_off_the_duration() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
     assert_eq!(v["ended_by"], "duration");
     // The packets before the jump were relayed, none after it.
     let before: u64 = packets[..10]
@@ -677,7 +685,9 @@ fn a_capture_with_unrecoverable_loss_exits_3_unless_allowed() {
     assert!(stderr.contains("--allow-loss"), "{stderr}");
     let (code, stdout, stderr) = run(&["--allow-loss", "--json"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["lost"], true, "{v}");
     let lost = v["unrecoverable"].as_u64().unwrap();
     assert!(lost > 0);
     assert!(
