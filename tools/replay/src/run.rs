@@ -213,10 +213,7 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
     }
     // A paced replay ends when its last message is due, whatever the
     // current rate: the ETA comes from the schedule.
-    let due_end = match (args.rate.speed(), whole) {
-        (Some(_), Some(w)) => Some(t0.saturating_add(w.span_ns)),
-        _ => None,
-    };
+    let due_end = due_end(args.rate, whole.map(|w| w.span_ns), t0);
     let progress = progress_bar(whole.map(|w| w.stats.messages), due_end);
     let sent = replay(
         &mut publisher,
@@ -318,6 +315,15 @@ fn cores(args: &RunArgs, bus: &BusOptions) -> Result<mdbus::affinity::Placement,
             None => affinity::placement_for(None),
         }),
     }
+}
+
+/// When the last message of a replay starting at `t0` is due (ns since the
+/// epoch): known for a paced replay of an input read whole (`span_ns`, its
+/// last message's offset at that pace); `None` at `max`, where the end
+/// depends on how fast the publisher goes.
+pub fn due_end(rate: Rate, span_ns: Option<u64>, t0: u64) -> Option<u64> {
+    rate.speed()?;
+    Some(t0.saturating_add(span_ns?))
 }
 
 /// Time left until `due_end` (ns since the epoch) at `now_ns`: when the
@@ -701,5 +707,30 @@ fn stopped(e: InputError, input: &Path) -> ReplayError {
             input.display()
         )),
         None => e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_replays_eta_is_its_schedule_whatever_the_rate_so_far() {
+        // A capture whose last message comes 12 s after its first, at 1x:
+        // 12 s left at the start, 10 s two seconds in, however many
+        // messages those two seconds held (a burst at the open sends
+        // thousands in the first milliseconds).
+        let t0 = 1_000_000_000_000;
+        let end = due_end(Rate::Speed(1.0), Some(12_000_000_000), t0).unwrap();
+        assert_eq!(schedule_eta(end, t0), Duration::from_secs(12));
+        assert_eq!(
+            schedule_eta(end, t0 + 2_000_000_000),
+            Duration::from_secs(10)
+        );
+        assert_eq!(schedule_eta(end, end + 5), Duration::ZERO);
+        // At max the end is not known: indicatif estimates from the rate.
+        assert_eq!(due_end(Rate::Max, Some(12_000_000_000), t0), None);
+        // Nor for an input too large to read ahead whole.
+        assert_eq!(due_end(Rate::Speed(10.0), None, t0), None);
     }
 }

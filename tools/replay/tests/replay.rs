@@ -770,6 +770,29 @@ fn report_puts_logs_side_by_side_with_ratios() {
 fn synth_writes_exactly_the_messages_asked_for_deterministically() {
     let s = Scratch::new("synth");
     let a = synth(&s, "a.itch", 5000, 10);
+    // --json: one object in the convention, the counts by type adding up.
+    let c = s.path("c.itch");
+    let v = replay_json(&[
+        "synth",
+        "--messages",
+        "5000",
+        "--symbols",
+        "20",
+        "--close",
+        "09:30:10",
+        "--out",
+        &c,
+    ]);
+    assert_eq!(u(&v, "messages"), 5000, "{v}");
+    let by_type: u64 = v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u(t, "messages"))
+        .sum();
+    assert_eq!(by_type, 5000, "{v}");
+    assert_eq!(v["types"][0]["type"], "A", "type-letter order: {v}");
+    assert_eq!(std::fs::read(&c).unwrap(), std::fs::read(&a).unwrap());
     let b = synth(&s, "b.itch", 5000, 10);
     let bytes = std::fs::read(&a).unwrap();
     assert_eq!(
