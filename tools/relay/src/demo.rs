@@ -115,11 +115,27 @@ pub fn run(demo: DemoOptions, opts: &RunOptions) -> ExitCode {
     let allow_loss = demo.allow_loss;
     match run_inner(demo, opts) {
         Ok(lost) => ExitCode::from(output::completed(lost.as_deref(), allow_loss)),
-        Err(e) => {
+        Err(DemoError(code, e)) => {
             eprintln!("mdbus-relay --demo: {e}");
-            ExitCode::from(output::EXIT_FAILED)
+            ExitCode::from(code)
         }
     }
+}
+
+/// Why the demo stopped: the exit status and the sentence.
+struct DemoError(u8, String);
+
+impl From<String> for DemoError {
+    /// A failure while running (exit status 1).
+    fn from(e: String) -> DemoError {
+        DemoError(output::EXIT_FAILED, e)
+    }
+}
+
+/// A setting that cannot be used: the bus, the relay's sockets, the
+/// simulator's port (exit status 2, as for the relay itself).
+fn unusable(e: impl std::fmt::Display) -> DemoError {
+    DemoError(output::EXIT_USAGE, e.to_string())
 }
 
 /// The first line the demo prints: where the feed is and where each
@@ -154,7 +170,7 @@ pub fn first_line(cfg: &RelayConfig) -> String {
     )
 }
 
-fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, String> {
+fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, DemoError> {
     let DemoOptions {
         base,
         record,
@@ -192,7 +208,7 @@ fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, Str
     }
     // First, before anything else logs: where to attach.
     eprintln!("{}", first_line(&cfg));
-    let bus = mdbus::Bus::new(cfg.bus.clone()).map_err(|e| e.to_string())?;
+    let bus = mdbus::Bus::new(cfg.bus.clone()).map_err(unusable)?;
     let relay = match Relay::new(cfg.clone(), "<demo>") {
         Ok(r) => r,
         // Another relay (or demo) owns the default counters file: use one
@@ -208,12 +224,14 @@ fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, Str
                 mine.display()
             );
             cfg.counters.path = mine;
-            Relay::new(cfg.clone(), "<demo>").map_err(|e| e.to_string())?
+            Relay::new(cfg.clone(), "<demo>").map_err(unusable)?
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(unusable(e)),
     };
     let exchange = Exchange::start(ex_cfg).map_err(|e| {
-        format!("{e} (is another demo using port {port}? choose another with --demo-port)")
+        unusable(format!(
+            "{e} (is another demo using port {port}? choose another with --demo-port)"
+        ))
     })?;
     let names: Vec<String> = relay.stream_names().to_vec();
     eprintln!(
@@ -265,8 +283,8 @@ fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, Str
     }
     match sub_result {
         Ok(Ok(())) => Ok(summary.data_lost),
-        Ok(Err(e)) => Err(format!("subscriber: {e}")),
-        Err(_) => Err("the subscriber thread panicked".into()),
+        Ok(Err(e)) => Err(format!("subscriber: {e}").into()),
+        Err(_) => Err(String::from("the subscriber thread panicked").into()),
     }
 }
 

@@ -145,3 +145,44 @@ fn the_demo_summary_is_one_json_object_in_the_convention() {
     assert!(x["dropped_b"].as_u64().unwrap() > 0, "{v}");
     assert!(x["packets_a"].as_u64().unwrap() > 0, "{v}");
 }
+
+/// Two demos on one port: the second cannot bind the re-request port and
+/// says which option to change (exit status 2, a setting that cannot be
+/// used), leaving the first running.
+#[test]
+fn a_second_demo_on_the_same_port_is_refused_with_the_option_to_change() {
+    use std::io::BufRead as _;
+    let port = demo_port(2);
+    let mut first = Command::new(RELAY)
+        .args(["--demo", "--duration", "60s", "--demo-port", &port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first has bound its ports once it says where its counters are
+    // (after the simulator started).
+    let mut lines = std::io::BufReader::new(first.stderr.take().unwrap()).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("relay publishing"));
+    assert!(ready.is_some(), "the first demo did not start");
+    std::thread::spawn(move || lines.for_each(drop));
+    let second = Command::new(RELAY)
+        .args(["--demo", "--duration", "1s", "--demo-port", &port])
+        .output()
+        .unwrap();
+    // SAFETY: signalling our own child, still running (60 s).
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGINT) }, 0);
+    let status = first.wait().unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "is another demo using port {port}? choose another with --demo-port"
+        )),
+        "{err}"
+    );
+    assert!(second.stdout.is_empty());
+    assert!(status.success(), "the first demo ended with {status}");
+}
