@@ -698,3 +698,69 @@ fn a_capture_with_unrecoverable_loss_exits_3_unless_allowed() {
         "{v}"
     );
 }
+
+/// The binary on a tiny BinaryFILE with `--json`: all of stdout is one
+/// object in the tools' convention, and its counts are the file's, stream
+/// by stream (what [`ROUTING`] sends where, computed from the messages).
+#[test]
+fn json_of_a_binaryfile_run_has_the_files_counts_stream_by_stream() {
+    let scratch = Scratch::new("bf-json");
+    let messages = session(30, 300, 11);
+    let file = scratch.path("day.itch");
+    write_binaryfile(&file, &messages);
+    let cfg_path = scratch.path("relay.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[input]\nkind = \"binaryfile\"\npath = \"{}\"\n[counters]\npath = \"\"\nlog_interval = \"0s\"\n\
+             [thread]\npin = false\n{}{ROUTING}",
+            file.display(),
+            scratch.shm_bus(CAPACITY)
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbus-relay"))
+        .args(["--config", cfg_path.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["tool"], "mdbus-relay");
+    assert_eq!(v["input"], "binaryfile");
+    assert_eq!(v["ended_by"], "end-of-file");
+    assert_eq!(v["messages_in"], messages.len() as u64);
+    assert_eq!(
+        (v["lost"].clone(), v["data_lost"].clone()),
+        (false.into(), serde_json::Value::Null)
+    );
+    // A file has no packets: nothing rejected, nothing skipped, nothing
+    // timed per datagram.
+    for group in ["drops", "skipped"] {
+        let total: u64 = v[group]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(total, 0, "{group}: {v}");
+    }
+    assert_eq!(v["packets"], 0);
+    let mut want: BTreeMap<&str, u64> = BTreeMap::new();
+    for m in &messages {
+        for s in expected_streams(m) {
+            *want.entry(s).or_default() += 1;
+        }
+    }
+    let got: BTreeMap<&str, u64> = v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["messages"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, want, "{v}");
+    assert_eq!(v["messages_out"], want.values().sum::<u64>());
+    assert_eq!(v["latency_ns"]["count"], v["timed_packets"]);
+}
