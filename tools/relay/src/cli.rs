@@ -60,14 +60,23 @@ pub struct Cli {
     #[arg(long)]
     pub demo: bool,
 
+    /// --demo: the feed's port. Lines A and B are the groups 239.192.10.1
+    /// and 239.192.10.2 on it, and the re-request server listens on
+    /// 127.0.0.1 on the next port (the demo's first line on stderr says
+    /// so).
+    #[arg(long, value_name = "PORT", default_value_t = demo::DEMO_PORT, requires = "demo")]
+    pub demo_port: u16,
+
     /// Stop after this long, as 10s, 500ms or 2m; default: until SIGINT or
     /// SIGTERM (or the end of a file input).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Print the summary as one JSON object on stdout: the input, seconds,
-    /// ended_by, every counter, streams [{name, messages}] and latency_ns
-    /// {count, p50, p90, p99, p999, p9999, max}.
+    /// Print the summary as one JSON object on stdout (docs/JSON.md): schema,
+    /// tool, input, seconds, ended_by, every counter under its counters-file
+    /// name, drops and skipped {reason: count}, streams [{name, messages}],
+    /// latency_ns {count, min, p50, ..., p9999, max, mean, stddev}, lost
+    /// and data_lost; --demo adds exchange {...}.
     #[arg(long)]
     pub json: bool,
 
@@ -133,13 +142,14 @@ pub fn main() -> ExitCode {
         log: true,
     };
     if cli.demo {
-        return demo::run(
-            file_config.map(|(c, _)| c),
-            cli.record.clone(),
-            &opts,
-            cli.json,
-            cli.allow_loss,
-        );
+        let demo = demo::DemoOptions {
+            base: file_config.map(|(c, _)| c),
+            record: cli.record.clone(),
+            port: cli.demo_port,
+            json: cli.json,
+            allow_loss: cli.allow_loss,
+        };
+        return demo::run(demo, &opts);
     }
     let Some((config, source)) = file_config else {
         eprintln!(

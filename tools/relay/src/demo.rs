@@ -12,8 +12,13 @@
 //!   stream rates and a sample decoded message with its latency from the
 //!   datagram's arrival.
 //!
-//! The groups' port is derived from the process id, so demos (and tests)
-//! running side by side do not hear each other.
+//! The feed's addresses are fixed, so an operator can point a relay or a
+//! capture at them: lines A and B on groups 239.192.10.1 and 239.192.10.2
+//! at port [`DEMO_PORT`] (`--demo-port`), re-requests at 127.0.0.1 on the
+//! port after it. The first line the demo prints on stderr names them and
+//! every stream's shared-memory segment (or group), so a subscriber can
+//! attach. Demos side by side need a `--demo-port` each: a second demo on
+//! the same port cannot bind the re-request port and says so.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
@@ -27,7 +32,8 @@ use mdbus_feed::moldudp64::Session;
 use mdbus_feed::synth::SynthConfig;
 
 use super::config::{InputKind, RelayConfig, RoutingMode, SystemRoute};
-use super::report::print_summary;
+use super::report::{print_summary, summary_json};
+use super::stats::JsonMap;
 use super::{Relay, RelayError, RelayMessage, RunOptions};
 use mdbus::counters::CountersError;
 use mdbus_exchange::{Exchange, ExchangeConfig};
@@ -35,6 +41,19 @@ use mdbus_tool_support::output;
 
 /// Messages per second the demo's exchange sends.
 pub const DEMO_RATE: u64 = 100_000;
+
+/// The demo feed's default port: lines A and B on it, re-requests on the
+/// next one.
+pub const DEMO_PORT: u16 = 26_500;
+
+/// The demo feed's addresses for `port`: line A, line B, re-requests.
+pub fn demo_addresses(port: u16) -> (SocketAddrV4, SocketAddrV4, SocketAddrV4) {
+    (
+        SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), port),
+        SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), port),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, port.wrapping_add(1)),
+    )
+}
 
 /// The demo's relay configuration for a simulator on `line_a`/`line_b`
 /// with its re-request server at `rerequest`; `base` (a --config file)
@@ -76,34 +95,90 @@ pub fn demo_config(
     cfg
 }
 
-/// Runs the demo; `base` is a --config file's settings, `record` a
-/// `.mdcap` file to record into.
-pub fn run(
-    base: Option<RelayConfig>,
-    record: Option<PathBuf>,
-    opts: &RunOptions,
-    json: bool,
-    allow_loss: bool,
-) -> ExitCode {
-    match run_inner(base, record, opts, json) {
+/// What the demo is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// A --config file's settings.
+    pub base: Option<RelayConfig>,
+    /// A `.mdcap` file to record into.
+    pub record: Option<PathBuf>,
+    /// The feed's port (`--demo-port`).
+    pub port: u16,
+    /// Print the summary as one JSON object.
+    pub json: bool,
+    /// Exit 0 even when data was lost.
+    pub allow_loss: bool,
+}
+
+/// Runs the demo.
+pub fn run(demo: DemoOptions, opts: &RunOptions) -> ExitCode {
+    let allow_loss = demo.allow_loss;
+    match run_inner(demo, opts) {
         Ok(lost) => ExitCode::from(output::completed(lost.as_deref(), allow_loss)),
-        Err(e) => {
+        Err(DemoError(code, e)) => {
             eprintln!("mdbus-relay --demo: {e}");
-            ExitCode::from(output::EXIT_FAILED)
+            ExitCode::from(code)
         }
     }
 }
 
-fn run_inner(
-    base: Option<RelayConfig>,
-    record: Option<PathBuf>,
-    opts: &RunOptions,
-    json: bool,
-) -> Result<Option<String>, String> {
-    let port = 20_000 + (std::process::id() % 10_000) as u16;
-    let line_a = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), port);
-    let line_b = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), port);
-    let rerequest_bind = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port + 1);
+/// Why the demo stopped: the exit status and the sentence.
+struct DemoError(u8, String);
+
+impl From<String> for DemoError {
+    /// A failure while running (exit status 1).
+    fn from(e: String) -> DemoError {
+        DemoError(output::EXIT_FAILED, e)
+    }
+}
+
+/// A setting that cannot be used: the bus, the relay's sockets, the
+/// simulator's port (exit status 2, as for the relay itself).
+fn unusable(e: impl std::fmt::Display) -> DemoError {
+    DemoError(output::EXIT_USAGE, e.to_string())
+}
+
+/// The first line the demo prints: where the feed is and where each
+/// stream can be read.
+pub fn first_line(cfg: &RelayConfig) -> String {
+    let input = &cfg.input;
+    let names = cfg.stream_names();
+    let streams = match cfg.bus.transport {
+        mdbus::config::TransportKind::Shm => format!(
+            "shm (dir {}, prefix {}): {}",
+            cfg.bus.shm.dir.display(),
+            cfg.bus.shm.prefix,
+            names.join(", ")
+        ),
+        t => {
+            let each: Vec<String> = names
+                .into_iter()
+                .map(
+                    |n| match cfg.bus.streams.get(&n).map(|s| s.group.as_str()) {
+                        Some(g) if !g.is_empty() => format!("{n} on {g}"),
+                        _ => n,
+                    },
+                )
+                .collect();
+            format!("{}: {}", t.name(), each.join(", "))
+        }
+    };
+    format!(
+        "mdbus-relay --demo: feed line A {} and line B {} on interface {}, re-requests at {}; \
+         streams on {streams}",
+        input.line_a, input.line_b, input.interface, input.rerequest,
+    )
+}
+
+fn run_inner(demo: DemoOptions, opts: &RunOptions) -> Result<Option<String>, DemoError> {
+    let DemoOptions {
+        base,
+        record,
+        port,
+        json,
+        ..
+    } = demo;
+    let (line_a, line_b, rerequest_bind) = demo_addresses(port);
     let ex_cfg = ExchangeConfig {
         session: Session::new("DEMO000001").map_err(|e| e.to_string())?,
         line_a,
@@ -131,7 +206,9 @@ fn run_inner(
     if let Some(path) = record {
         cfg.record.path = path;
     }
-    let bus = mdbus::Bus::new(cfg.bus.clone()).map_err(|e| e.to_string())?;
+    // First, before anything else logs: where to attach.
+    eprintln!("{}", first_line(&cfg));
+    let bus = mdbus::Bus::new(cfg.bus.clone()).map_err(unusable)?;
     let relay = match Relay::new(cfg.clone(), "<demo>") {
         Ok(r) => r,
         // Another relay (or demo) owns the default counters file: use one
@@ -147,16 +224,18 @@ fn run_inner(
                 mine.display()
             );
             cfg.counters.path = mine;
-            Relay::new(cfg.clone(), "<demo>").map_err(|e| e.to_string())?
+            Relay::new(cfg.clone(), "<demo>").map_err(unusable)?
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(unusable(e)),
     };
-    let exchange = Exchange::start(ex_cfg).map_err(|e| e.to_string())?;
+    let exchange = Exchange::start(ex_cfg).map_err(|e| {
+        unusable(format!(
+            "{e} (is another demo using port {port}? choose another with --demo-port)"
+        ))
+    })?;
     let names: Vec<String> = relay.stream_names().to_vec();
     eprintln!(
-        "mdbus-relay --demo: exchange on {line_a} (A) and {line_b} (B) via 127.0.0.1, re-requests at {}; \
-         relay publishing {} on {}; counters in {} (try mdbus-stat {})",
-        exchange.rerequest_addr(),
+        "mdbus-relay --demo: relay publishing {} on {}; counters in {} (try mdbus-stat {})",
         names.join(", "),
         bus.transport().name(),
         cfg.counters.path.display(),
@@ -177,8 +256,26 @@ fn run_inner(
     let sub_result = sub.join();
     let ex = exchange.stop();
     let summary = result.map_err(|e| e.to_string())?;
-    print_summary(&summary, json);
-    if !json {
+    if json {
+        let mut m = summary_json(&summary);
+        let mut x = JsonMap::new();
+        for (k, v) in [
+            ("messages", ex.messages),
+            ("packets_a", ex.packets_a),
+            ("packets_b", ex.packets_b),
+            ("dropped_a", ex.dropped_a),
+            ("dropped_b", ex.dropped_b),
+            ("dropped_both", ex.dropped_both),
+            ("requests_served", ex.requests_served),
+            ("messages_resent", ex.messages_resent),
+            ("send_errors", ex.send_errors),
+        ] {
+            x.insert(k.into(), v.into());
+        }
+        m.insert("exchange".into(), x.into());
+        output::print_json(&m);
+    } else {
+        print_summary(&summary, false);
         println!(
             "  exchange     sent A {} / B {} packets, dropped A {} / B {}, re-requests served {}, messages resent {}",
             ex.packets_a, ex.packets_b, ex.dropped_a, ex.dropped_b, ex.requests_served, ex.messages_resent
@@ -186,8 +283,8 @@ fn run_inner(
     }
     match sub_result {
         Ok(Ok(())) => Ok(summary.data_lost),
-        Ok(Err(e)) => Err(format!("subscriber: {e}")),
-        Err(_) => Err("the subscriber thread panicked".into()),
+        Ok(Err(e)) => Err(format!("subscriber: {e}").into()),
+        Err(_) => Err(String::from("the subscriber thread panicked").into()),
     }
 }
 

@@ -2,15 +2,76 @@
 //! object. Shared by the relay's command line and the demo, neither of
 //! which imports the other for it.
 
+use mdbus_tool_support::output;
+
+use super::run::CaptureSkips;
+use super::stats::JsonMap;
 use super::Summary;
 
 /// Prints a run's summary: text on stdout, or one JSON object on stdout.
 pub fn print_summary(summary: &Summary, json: bool) {
     if json {
-        mdbus_tool_support::output::print_json(summary);
+        output::print_json(&summary_json(summary));
     } else {
         print!("{}", summary_text(summary));
     }
+}
+
+/// The summary as the one JSON object of `--json` (docs/JSON.md; the keys
+/// are listed in docs/RELAY.md): `schema`, `tool`, how the run went,
+/// every counter under its counters-file name, `drops` (packets rejected,
+/// by reason), `skipped` (capture frames and datagrams not read, by
+/// reason), `streams`, `latency_ns`, and `lost` with `data_lost` saying
+/// what.
+pub fn summary_json(summary: &Summary) -> JsonMap {
+    let mut m = output::json_object("mdbus-relay");
+    m.insert("input".into(), summary.input.into());
+    m.insert("seconds".into(), summary.seconds.into());
+    m.insert("ended_by".into(), summary.ended_by.into());
+    m.insert("request_errors".into(), summary.request_errors.into());
+    m.insert("recv_errors".into(), summary.recv_errors.into());
+    summary.counters.json_fields(&mut m);
+    let k = summary.capture.unwrap_or_default();
+    m.insert("capture_frames".into(), k.frames.into());
+    m.insert("capture_datagrams".into(), k.datagrams.into());
+    m.insert(
+        "skipped".into(),
+        skipped_json(&k, summary.skipped_datagrams).into(),
+    );
+    m.insert(
+        "latency_ns".into(),
+        serde_json::to_value(summary.latency).unwrap_or_default(),
+    );
+    m.insert("lost".into(), summary.data_lost.is_some().into());
+    m.insert(
+        "data_lost".into(),
+        summary
+            .data_lost
+            .clone()
+            .map_or(serde_json::Value::Null, Into::into),
+    );
+    m
+}
+
+/// What a capture input skipped, by reason: the capture reader's frame
+/// reasons (as `mdbus-replay` names them) and `other_groups`, datagrams
+/// sent to neither line's group.
+fn skipped_json(k: &CaptureSkips, other_groups: u64) -> JsonMap {
+    let mut m = JsonMap::new();
+    for (reason, n) in [
+        ("not_ipv4", k.not_ipv4),
+        ("ipv6", k.ipv6),
+        ("not_udp", k.not_udp),
+        ("fragments", k.fragments),
+        ("truncated", k.truncated),
+        ("bad_udp_length", k.bad_udp_length),
+        ("unparseable", k.unparseable),
+        ("unsupported_link", k.unsupported_link),
+        ("other_groups", other_groups),
+    ] {
+        m.insert(reason.into(), n.into());
+    }
+    m
 }
 
 /// The text summary: the counters, what was rejected by reason, what a

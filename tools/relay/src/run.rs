@@ -16,6 +16,7 @@ use mdbus_feed::arbiter::{Arbiter, Line};
 use mdbus_feed::binaryfile::BinaryFileReader;
 use mdbus_feed::mdcap::MdcapWriter;
 use mdbus_feed::pcap::{CaptureReader, CaptureStats};
+use mdbus_tool_support::output::LatencyNs;
 use serde::Serialize;
 
 use super::config::{InputKind, Pace, RelayConfig};
@@ -65,8 +66,8 @@ impl Default for RunOptions {
     }
 }
 
-/// What a run did.
-#[derive(Debug, Clone, Serialize)]
+/// What a run did (printed by [`super::report`]).
+#[derive(Debug, Clone)]
 pub struct Summary {
     /// The input: `moldudp64`, `binaryfile` or `pcap`.
     pub input: &'static str,
@@ -89,8 +90,10 @@ pub struct Summary {
     /// `--allow-loss`.
     pub data_lost: Option<String>,
     /// Every counter.
-    #[serde(flatten)]
     pub counters: Snapshot,
+    /// Relay-added latency per datagram (arrival to publish complete), in
+    /// full.
+    pub latency: LatencyNs,
 }
 
 /// What a capture reader read and skipped, each skipped frame under one
@@ -445,6 +448,7 @@ impl Relay {
             capture,
             data_lost: None,
             counters,
+            latency: LatencyNs::of(self.pipeline.latency().histogram()),
         };
         summary.data_lost = summary.loss();
         Ok(summary)
@@ -841,6 +845,7 @@ mod tests {
             capture: None,
             data_lost: None,
             counters,
+            latency: LatencyNs::of(&mdbus_tool_support::percentiles::latency_histogram()),
         }
     }
 

@@ -11,7 +11,6 @@
 use mdbus::counters::CountersFile;
 use mdbus::metrics::{Latency, Summary};
 use mdbus_feed::arbiter::ArbiterCounters;
-use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// What arbitration and recovery counted: the arbiter's own counters
 /// (zero for a BinaryFILE input, which has no packets).
@@ -73,14 +72,26 @@ pub enum Log {
     Rate(&'static str),
 }
 
+/// Where a counter appears in the relay's JSON summary, always under its
+/// counters-file name (one name per counter everywhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Json {
+    /// A key of the object itself.
+    Top,
+    /// A reason in `drops`: input rejected (packets), by reason.
+    Drop,
+    /// Not a key: the JSON holds the whole distribution in `latency_ns`.
+    Latency,
+}
+
 /// One counter.
 #[derive(Debug, Clone, Copy)]
 pub struct Counter {
-    /// Its label in the counters file (and so in `mdbus-stat`).
+    /// Its label in the counters file (and so in `mdbus-stat`), and its
+    /// key in the JSON summary.
     pub name: &'static str,
-    /// Its key in the relay's JSON summary; `None` for the latency
-    /// percentiles, which the JSON holds in full under `latency_ns`.
-    pub json: Option<&'static str>,
+    /// Where the JSON summary holds it.
+    pub json: Json,
     /// What it counts.
     pub help: &'static str,
     /// Its place in the periodic log line.
@@ -95,337 +106,336 @@ pub struct Counter {
 pub const COUNTERS: &[Counter] = &[
     Counter {
         name: "packets",
-        json: Some("packets"),
+        json: Json::Top,
         help: "datagrams received, all lines (0 for a BinaryFILE)",
         log: Log::Rate("packets"),
         get: |v| v.up.packets_a + v.up.packets_b + v.up.packets_recovery,
     },
     Counter {
         name: "packets_a",
-        json: Some("packets_a"),
+        json: Json::Top,
         help: "datagrams received on line A",
         log: Log::No,
         get: |v| v.up.packets_a,
     },
     Counter {
         name: "packets_b",
-        json: Some("packets_b"),
+        json: Json::Top,
         help: "datagrams received on line B",
         log: Log::No,
         get: |v| v.up.packets_b,
     },
     Counter {
         name: "packets_recovery",
-        json: Some("packets_recovery"),
+        json: Json::Top,
         help: "datagrams received from the re-request server",
         log: Log::No,
         get: |v| v.up.packets_recovery,
     },
     Counter {
         name: "heartbeats",
-        json: Some("heartbeats"),
+        json: Json::Top,
         help: "heartbeats received",
         log: Log::No,
         get: |v| v.up.heartbeats,
     },
     Counter {
         name: "messages_in",
-        json: Some("messages_in"),
+        json: Json::Top,
         help: "messages handed to routing, in sequence order",
         log: Log::Rate("in"),
         get: |v| v.local.messages_in,
     },
     Counter {
         name: "messages_out",
-        json: Some("messages_out"),
+        json: Json::Top,
         help: "messages published (a system message sent to every stream counts once per stream)",
         log: Log::Rate("out"),
         get: |v| v.local.messages_out,
     },
     Counter {
         name: "wins_a",
-        json: Some("wins_a"),
+        json: Json::Top,
         help: "messages first delivered from line A",
         log: Log::Total("wins A"),
         get: |v| v.up.wins_a,
     },
     Counter {
         name: "wins_b",
-        json: Some("wins_b"),
+        json: Json::Top,
         help: "messages first delivered from line B",
         log: Log::Total("wins B"),
         get: |v| v.up.wins_b,
     },
     Counter {
         name: "wins_recovery",
-        json: Some("wins_recovery"),
+        json: Json::Top,
         help: "messages first delivered by the re-request server",
         log: Log::No,
         get: |v| v.up.wins_recovery,
     },
     Counter {
         name: "duplicate_packets",
-        json: Some("duplicate_packets"),
+        json: Json::Top,
         help: "packets that brought nothing new",
         log: Log::Total("dup"),
         get: |v| v.up.duplicate_packets,
     },
     Counter {
         name: "duplicate_messages",
-        json: Some("duplicate_messages"),
+        json: Json::Top,
         help: "messages that had already been delivered",
         log: Log::No,
         get: |v| v.up.duplicate_messages,
     },
     Counter {
         name: "gaps",
-        json: Some("gaps"),
+        json: Json::Top,
         help: "gaps seen (events)",
         log: Log::Total("gaps"),
         get: |v| v.up.gaps,
     },
     Counter {
         name: "gap_messages",
-        json: Some("gap_messages"),
+        json: Json::Top,
         help: "messages missing in those gaps when they were seen",
         log: Log::No,
         get: |v| v.up.gap_messages,
     },
     Counter {
         name: "requests_sent",
-        json: Some("requests_sent"),
+        json: Json::Top,
         help: "re-requests sent",
         log: Log::No,
         get: |v| v.up.requests_sent,
     },
     Counter {
         name: "request_retries",
-        json: Some("request_retries"),
+        json: Json::Top,
         help: "re-requests sent again after a timeout",
         log: Log::No,
         get: |v| v.up.request_retries,
     },
     Counter {
         name: "requests_rate_limited",
-        json: Some("requests_rate_limited"),
+        json: Json::Top,
         help: "re-requests held back by the rate limit",
         log: Log::No,
         get: |v| v.up.requests_rate_limited,
     },
     Counter {
         name: "recovered",
-        json: Some("recovered"),
+        json: Json::Top,
         help: "messages that filled a gap (from the other line or the re-request server)",
         log: Log::Total("recovered"),
         get: |v| v.up.recovered,
     },
     Counter {
         name: "unrecoverable",
-        json: Some("unrecoverable"),
+        json: Json::Top,
         help: "messages declared lost for good",
         log: Log::Total("unrecoverable"),
         get: |v| v.up.unrecoverable,
     },
     Counter {
         name: "malformed_packets",
-        // The JSON has always said `malformed`; both names are kept.
-        json: Some("malformed"),
+        json: Json::Top,
         help: "packets rejected as malformed",
         log: Log::Total("malformed"),
         get: |v| v.up.malformed,
     },
     Counter {
         name: "bad_messages",
-        json: Some("bad_messages"),
+        json: Json::Top,
         help: "ITCH messages of an unknown type or a wrong length: not published",
         log: Log::Total("bad"),
         get: |v| v.local.bad_messages,
     },
     Counter {
         name: "unrouted",
-        json: Some("unrouted"),
+        json: Json::Top,
         help: "messages routed nowhere (unknown locate without a control stream, or a symbol no stream claims)",
         log: Log::Total("unrouted"),
         get: |v| v.local.unrouted,
     },
     Counter {
         name: "session_changes",
-        json: Some("session_changes"),
+        json: Json::Top,
         help: "session changes mid-stream",
         log: Log::No,
         get: |v| v.up.session_changes,
     },
     Counter {
         name: "backwards",
-        json: Some("backwards"),
+        json: Json::Top,
         help: "packets whose sequence number jumped backwards",
         log: Log::No,
         get: |v| v.up.backwards,
     },
     Counter {
         name: "reorder_overflow",
-        json: Some("reorder_overflow"),
+        json: Json::Top,
         help: "gaps given up because the reorder store was full",
         log: Log::No,
         get: |v| v.up.reorder_overflow,
     },
     Counter {
         name: "end_of_session",
-        json: Some("end_of_session"),
+        json: Json::Top,
         help: "end-of-session packets received in sequence",
         log: Log::No,
         get: |v| v.up.end_of_session,
     },
     Counter {
         name: "other_session",
-        json: Some("other_session"),
+        json: Json::Drop,
         help: "packets of a session other than the one followed",
         log: Log::No,
         get: |v| v.up.other_session,
     },
     Counter {
         name: "after_end",
-        json: Some("after_end"),
+        json: Json::Drop,
         help: "packets with new data after the end of session: dropped",
         log: Log::No,
         get: |v| v.up.after_end,
     },
     Counter {
         name: "suspect_jumps",
-        json: Some("suspect_jumps"),
+        json: Json::Drop,
         help: "packets dropped for a sequence number implausibly far ahead",
         log: Log::No,
         get: |v| v.up.suspect_jumps,
     },
     Counter {
         name: "jumps",
-        json: Some("jumps"),
+        json: Json::Top,
         help: "far jumps believed after confirmation (what they skipped is unrecoverable)",
         log: Log::No,
         get: |v| v.up.jumps,
     },
     Counter {
         name: "unconfirmed_ends",
-        json: Some("unconfirmed_ends"),
+        json: Json::Top,
         help: "end-of-session packets not (yet) confirmed by every line",
         log: Log::No,
         get: |v| v.up.unconfirmed_ends,
     },
     Counter {
         name: "malformed_short_header",
-        json: Some("malformed_short_header"),
+        json: Json::Drop,
         help: "malformed: header shorter than 20 bytes",
         log: Log::No,
         get: |v| v.up.malformed_by.short_header,
     },
     Counter {
         name: "malformed_count_mismatch",
-        json: Some("malformed_count_mismatch"),
+        json: Json::Drop,
         help: "malformed: message count disagrees with the blocks present",
         log: Log::No,
         get: |v| v.up.malformed_by.count_mismatch,
     },
     Counter {
         name: "malformed_bad_block_length",
-        json: Some("malformed_bad_block_length"),
+        json: Json::Drop,
         help: "malformed: a block length prefix cut short or overrunning the packet",
         log: Log::No,
         get: |v| v.up.malformed_by.bad_block_length,
     },
     Counter {
         name: "malformed_sequence_zero",
-        json: Some("malformed_sequence_zero"),
+        json: Json::Drop,
         help: "malformed: sequence number 0",
         log: Log::No,
         get: |v| v.up.malformed_by.sequence_zero,
     },
     Counter {
         name: "malformed_sequence_overflow",
-        json: Some("malformed_sequence_overflow"),
+        json: Json::Drop,
         help: "malformed: a range ending beyond the largest sequence number",
         log: Log::No,
         get: |v| v.up.malformed_by.sequence_overflow,
     },
     Counter {
         name: "publish_errors",
-        json: Some("publish_errors"),
+        json: Json::Top,
         help: "publishes that failed (datagram transports only)",
         log: Log::No,
         get: |v| v.local.publish_errors,
     },
     Counter {
         name: "source_gaps",
-        json: Some("source_gaps"),
+        json: Json::Top,
         help: "source-gap notices published (one per unrecoverable range and stream)",
         log: Log::No,
         get: |v| v.local.source_gaps,
     },
     Counter {
         name: "passthrough_packets",
-        json: Some("passthrough_packets"),
+        json: Json::Top,
         help: "MoldUDP64 pass-through packets sent (heartbeats included)",
         log: Log::No,
         get: |v| v.local.passthrough_packets,
     },
     Counter {
         name: "passthrough_errors",
-        json: Some("passthrough_errors"),
+        json: Json::Top,
         help: "pass-through sends that failed",
         log: Log::No,
         get: |v| v.local.passthrough_errors,
     },
     Counter {
         name: "recorded",
-        json: Some("recorded"),
+        json: Json::Top,
         help: "messages written to the .mdcap recording",
         log: Log::No,
         get: |v| v.local.recorded,
     },
     Counter {
         name: "record_errors",
-        json: Some("record_errors"),
+        json: Json::Top,
         help: "recording writes that failed (recording stops at the first)",
         log: Log::No,
         get: |v| v.local.record_errors,
     },
     Counter {
         name: "timed_packets",
-        json: Some("timed_packets"),
+        json: Json::Top,
         help: "datagrams whose messages were published, whose latency is recorded",
         log: Log::No,
         get: |v| v.local.timed_packets,
     },
     Counter {
         name: "latency_count",
-        json: None,
+        json: Json::Latency,
         help: "datagrams in the relay-added latency histogram",
         log: Log::No,
         get: |v| v.latency.count,
     },
     Counter {
         name: "latency_p50_ns",
-        json: None,
+        json: Json::Latency,
         help: "relay-added latency per datagram (arrival to publish complete), median, ns",
         log: Log::Total("latency p50"),
         get: |v| v.latency.p50,
     },
     Counter {
         name: "latency_p99_ns",
-        json: None,
+        json: Json::Latency,
         help: "relay-added latency per datagram, 99th percentile, ns",
         log: Log::Total("p99"),
         get: |v| v.latency.p99,
     },
     Counter {
         name: "latency_p999_ns",
-        json: None,
+        json: Json::Latency,
         help: "relay-added latency per datagram, 99.9th percentile, ns",
         log: Log::Total("p99.9"),
         get: |v| v.latency.p999,
     },
     Counter {
         name: "latency_max_ns",
-        json: None,
+        json: Json::Latency,
         help: "relay-added latency per datagram, largest, ns",
         log: Log::Total("max"),
         get: |v| v.latency.max,
@@ -514,24 +524,35 @@ pub fn snapshot(
     }
 }
 
-/// The JSON: every counter of [`COUNTERS`] under its JSON key, then
-/// `streams` and `latency_ns`.
-impl Serialize for Snapshot {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let view = self.view();
-        let mut map = s.serialize_map(None)?;
-        for c in COUNTERS {
-            if let Some(key) = c.json {
-                map.serialize_entry(key, &(c.get)(&view))?;
-            }
-        }
-        map.serialize_entry("streams", &self.streams)?;
-        map.serialize_entry("latency_ns", &self.latency_ns)?;
-        map.end()
-    }
-}
+/// JSON object fields.
+pub type JsonMap = serde_json::Map<String, serde_json::Value>;
 
 impl Snapshot {
+    /// Adds the counters to a JSON summary: every [`Json::Top`] counter
+    /// under its name, then `drops` (input rejected, by reason, under the
+    /// counters' names) and `streams` [{name, messages}]. The latency is
+    /// the caller's: it needs the histogram, not this summary of it.
+    pub fn json_fields(&self, map: &mut JsonMap) {
+        let view = self.view();
+        let mut drops = JsonMap::new();
+        for c in COUNTERS {
+            match c.json {
+                Json::Top => {
+                    map.insert(c.name.into(), (c.get)(&view).into());
+                }
+                Json::Drop => {
+                    drops.insert(c.name.into(), (c.get)(&view).into());
+                }
+                Json::Latency => {}
+            }
+        }
+        map.insert("drops".into(), drops.into());
+        map.insert(
+            "streams".into(),
+            serde_json::to_value(&self.streams).unwrap_or_default(),
+        );
+    }
+
     /// Where the counters' values come from.
     pub fn view(&self) -> View<'_> {
         View {
@@ -726,44 +747,40 @@ mod tests {
     }
 
     #[test]
-    fn names_and_json_keys_are_unique() {
+    fn names_are_unique() {
         let names: BTreeSet<_> = COUNTERS.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), COUNTERS.len());
-        let keys: Vec<_> = COUNTERS.iter().filter_map(|c| c.json).collect();
-        assert_eq!(keys.iter().collect::<BTreeSet<_>>().len(), keys.len());
         assert!(COUNTERS.iter().all(|c| !c.help.is_empty()));
     }
 
     #[test]
-    fn the_json_has_every_counter_and_nothing_else() {
+    fn the_json_has_every_counter_under_its_name_and_nothing_else() {
         let (up, local, latency) = distinct();
         let snap = snapshot_of(up, local, latency);
-        let json = serde_json::to_value(&snap).unwrap();
-        let obj = json.as_object().unwrap();
+        let mut obj = JsonMap::new();
+        snap.json_fields(&mut obj);
         let view = snap.view();
-        let mut want: BTreeSet<&str> = ["streams", "latency_ns"].into();
+        let mut want: BTreeSet<&str> = ["streams", "drops"].into();
+        let drops = obj["drops"].as_object().unwrap();
         for c in COUNTERS {
+            let v = (c.get)(&view);
             match c.json {
-                Some(key) => {
-                    assert_eq!(obj[key], (c.get)(&view), "{key}");
-                    want.insert(key);
+                Json::Top => {
+                    assert_eq!(obj[c.name], v, "{}", c.name);
+                    want.insert(c.name);
                 }
-                // The latency slots are in `latency_ns`, with more.
-                None => assert!(
-                    obj["latency_ns"]
-                        .as_object()
-                        .unwrap()
-                        .values()
-                        .any(|v| *v == (c.get)(&view)),
-                    "{}",
-                    c.name
-                ),
+                Json::Drop => assert_eq!(drops[c.name], v, "{}", c.name),
+                // The caller adds the whole distribution as `latency_ns`.
+                Json::Latency => assert!(c.name.starts_with("latency_")),
             }
         }
         let have: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
         assert_eq!(have, want);
+        assert_eq!(drops.len(), 8);
         assert_eq!(obj["streams"][0]["messages"], 7);
-        assert_eq!(obj["malformed"], 117);
+        assert_eq!(obj["malformed_packets"], 117);
+        assert_eq!(drops["malformed_short_header"], 127);
+        assert_eq!(drops["other_session"], 119);
     }
 
     #[test]

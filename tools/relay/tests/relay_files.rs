@@ -15,6 +15,7 @@ use mdbus_feed::moldudp64::{Packet, Session};
 use mdbus_feed::pcap::CaptureWriter;
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 use mdbus_relay::{Relay, RelayConfig, RunOptions, Summary};
+use mdbus_tool_support::output::check_convention;
 use relay_common::*;
 
 const CAPACITY: usize = 1 << 17;
@@ -471,16 +472,22 @@ fn a_hostile_capture_is_counted_by_reason_and_the_genuine_day_delivered() {
     assert_eq!(c.upstream.suspect_jumps, 1);
     assert_eq!(c.upstream.other_session, 1);
     // The same counts, by reason, in the JSON and the text summary.
-    let json = serde_json::to_value(&summary).unwrap();
-    assert_eq!(json["capture"]["fragments"], 1);
-    assert_eq!(json["capture"]["bad_udp_length"], 2);
-    assert_eq!(json["capture"]["not_udp"], 1);
-    assert_eq!(json["capture"]["truncated"], 1);
-    assert_eq!(json["capture"]["not_ipv4"], 1);
-    assert_eq!(json["malformed_count_mismatch"], 1);
-    assert_eq!(json["malformed_bad_block_length"], 1);
-    assert_eq!(json["suspect_jumps"], 1);
-    assert_eq!(json["other_session"], 1);
+    let json = serde_json::Value::Object(mdbus_relay::report::summary_json(&summary));
+    assert_eq!(check_convention(&json), Ok(()), "{json}");
+    let skipped = &json["skipped"];
+    assert_eq!(skipped["fragments"], 1);
+    assert_eq!(skipped["bad_udp_length"], 2);
+    assert_eq!(skipped["not_udp"], 1);
+    assert_eq!(skipped["truncated"], 1);
+    assert_eq!(skipped["not_ipv4"], 1);
+    assert_eq!(json["capture_frames"], stamped.len() as u64);
+    let drops = &json["drops"];
+    assert_eq!(drops["malformed_count_mismatch"], 1);
+    assert_eq!(drops["malformed_bad_block_length"], 1);
+    assert_eq!(drops["suspect_jumps"], 1);
+    assert_eq!(drops["other_session"], 1);
+    assert_eq!(json["malformed_packets"], 2);
+    assert_eq!(json["lost"], false);
     assert!(json["data_lost"].is_null());
     let text = mdbus_relay::report::summary_text(&summary);
     assert!(
@@ -623,7 +630,8 @@ fn a_ten_hour_jump_in_a_paced_capture_does_not_hold_off_the_duration() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
     assert_eq!(v["ended_by"], "duration");
     // The packets before the jump were relayed, none after it.
     let before: u64 = packets[..10]
@@ -677,7 +685,9 @@ fn a_capture_with_unrecoverable_loss_exits_3_unless_allowed() {
     assert!(stderr.contains("--allow-loss"), "{stderr}");
     let (code, stdout, stderr) = run(&["--allow-loss", "--json"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["lost"], true, "{v}");
     let lost = v["unrecoverable"].as_u64().unwrap();
     assert!(lost > 0);
     assert!(
@@ -687,4 +697,70 @@ fn a_capture_with_unrecoverable_loss_exits_3_unless_allowed() {
             .contains(&format!("{lost} feed messages unrecoverable")),
         "{v}"
     );
+}
+
+/// The binary on a tiny BinaryFILE with `--json`: all of stdout is one
+/// object in the tools' convention, and its counts are the file's, stream
+/// by stream (what [`ROUTING`] sends where, computed from the messages).
+#[test]
+fn json_of_a_binaryfile_run_has_the_files_counts_stream_by_stream() {
+    let scratch = Scratch::new("bf-json");
+    let messages = session(30, 300, 11);
+    let file = scratch.path("day.itch");
+    write_binaryfile(&file, &messages);
+    let cfg_path = scratch.path("relay.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[input]\nkind = \"binaryfile\"\npath = \"{}\"\n[counters]\npath = \"\"\nlog_interval = \"0s\"\n\
+             [thread]\npin = false\n{}{ROUTING}",
+            file.display(),
+            scratch.shm_bus(CAPACITY)
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbus-relay"))
+        .args(["--config", cfg_path.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["tool"], "mdbus-relay");
+    assert_eq!(v["input"], "binaryfile");
+    assert_eq!(v["ended_by"], "end-of-file");
+    assert_eq!(v["messages_in"], messages.len() as u64);
+    assert_eq!(
+        (v["lost"].clone(), v["data_lost"].clone()),
+        (false.into(), serde_json::Value::Null)
+    );
+    // A file has no packets: nothing rejected, nothing skipped, nothing
+    // timed per datagram.
+    for group in ["drops", "skipped"] {
+        let total: u64 = v[group]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(total, 0, "{group}: {v}");
+    }
+    assert_eq!(v["packets"], 0);
+    let mut want: BTreeMap<&str, u64> = BTreeMap::new();
+    for m in &messages {
+        for s in expected_streams(m) {
+            *want.entry(s).or_default() += 1;
+        }
+    }
+    let got: BTreeMap<&str, u64> = v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["messages"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, want, "{v}");
+    assert_eq!(v["messages_out"], want.values().sum::<u64>());
+    assert_eq!(v["latency_ns"]["count"], v["timed_packets"]);
 }

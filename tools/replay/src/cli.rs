@@ -67,12 +67,16 @@ enum Command {
     /// latency.hlog (HdrHistogram interval log, format 1.3, one histogram
     /// per --interval, values in ns), latency.hgrm (percentile
     /// distribution, values in µs: scaling ratio 1000), percentiles.svg
-    /// and timeline.svg, and prints a table, or with --json one object:
-    /// {"count", "p50", "p90", "p99", "p999", "p9999", "max" (ns),
-    /// "msgs_per_sec", "drops", "gaps", ..., "skipped": {reason: count},
-    /// "duration_reached"}. drops = messages published
-    /// but not delivered, summed over subscribers; gaps = loss events
-    /// (overruns on shm, unrecoverable gaps on udp and verbs).
+    /// and timeline.svg, and prints a table, or with --json one object
+    /// (docs/JSON.md): {"schema", "tool", "command": "run", ...,
+    /// "ended_by", "messages", "msgs_per_sec", "latency_ns": {count, min,
+    /// p50, ..., max, mean, stddev}, "drops": {reason: messages}, "gaps",
+    /// "skipped": {reason: count}, "per_subscriber": [...], "lost",
+    /// "data_lost"}. drops = messages published but not delivered, summed
+    /// over subscribers; gaps = loss events (overruns on shm,
+    /// unrecoverable gaps on udp and verbs). Ctrl-C (SIGINT) or SIGTERM
+    /// stops the replay like --duration: every file is written for what
+    /// was sent.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Compare interval logs: percentiles side by side with ratios to the
@@ -92,7 +96,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Synth(a) => synth::run(a).map(|r| {
             if a.json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                output::print_json(&tagged("synth", &r));
             } else {
                 println!(
                     "mdbus-replay synth: wrote {} messages ({} bytes) to {}, {} to {}",
@@ -107,7 +111,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => match run::run(a) {
             Ok(s) => {
                 if a.json {
-                    println!("{}", serde_json::to_string(&s).unwrap_or_default());
+                    output::print_json(&s.json());
                 } else {
                     print!("{}", s.table());
                 }
@@ -117,7 +121,7 @@ pub fn main() -> ExitCode {
         },
         Command::Report(a) => report::run(a).map(|r| {
             if a.json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                output::print_json(&tagged("report", &r));
             } else {
                 print!("{}", r.table());
             }
@@ -128,6 +132,20 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error(&e),
     }
+}
+
+/// A subcommand's result as the one JSON object of `--json`: `schema`,
+/// `tool`, `command`, then the result's fields.
+fn tagged(
+    command: &str,
+    result: &impl serde::Serialize,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = output::json_object("mdbus-replay");
+    m.insert("command".into(), command.into());
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(result) {
+        m.extend(fields);
+    }
+    m
 }
 
 fn report_error(e: &ReplayError) -> ExitCode {

@@ -211,14 +211,19 @@ pub struct Skipped {
     /// pcapng packets on an unsupported link type.
     pub unsupported_link: u64,
     /// Datagrams shorter than the MoldUDP64 header.
+    #[serde(rename = "malformed_short_header")]
     pub short_header: u64,
     /// MoldUDP64 packets whose message count lies.
+    #[serde(rename = "malformed_count_mismatch")]
     pub count_mismatch: u64,
     /// MoldUDP64 packets with a block length that lies.
+    #[serde(rename = "malformed_bad_block_length")]
     pub bad_block_length: u64,
     /// MoldUDP64 packets numbered 0.
+    #[serde(rename = "malformed_sequence_zero")]
     pub sequence_zero: u64,
     /// MoldUDP64 packets whose range overflows.
+    #[serde(rename = "malformed_sequence_overflow")]
     pub sequence_overflow: u64,
     /// Packets of a session other than the one followed.
     pub other_session: u64,
@@ -243,11 +248,11 @@ impl Skipped {
             ("bad_udp_length", self.bad_udp_length, true),
             ("unparseable", self.unparseable, true),
             ("unsupported_link", self.unsupported_link, true),
-            ("short_header", self.short_header, true),
-            ("count_mismatch", self.count_mismatch, true),
-            ("bad_block_length", self.bad_block_length, true),
-            ("sequence_zero", self.sequence_zero, true),
-            ("sequence_overflow", self.sequence_overflow, true),
+            ("malformed_short_header", self.short_header, true),
+            ("malformed_count_mismatch", self.count_mismatch, true),
+            ("malformed_bad_block_length", self.bad_block_length, true),
+            ("malformed_sequence_zero", self.sequence_zero, true),
+            ("malformed_sequence_overflow", self.sequence_overflow, true),
             ("other_session", self.other_session, true),
             ("suspect_jumps", self.suspect_jumps, true),
             ("after_end", self.after_end, true),

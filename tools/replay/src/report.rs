@@ -11,7 +11,8 @@ use super::error::ReplayError;
 use super::hlog::read_hlog;
 use super::plot::{self, Curve};
 use super::subscribe::new_histogram;
-use super::summary::{micros, Percentiles, SummaryExt};
+use super::summary::micros;
+use mdbus_tool_support::output::LatencyNs;
 
 /// Options of `mdbus-replay report`.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,28 +37,29 @@ pub struct LogSummary {
     pub file: String,
     /// Intervals in it.
     pub intervals: usize,
-    /// Its percentiles, ns.
-    #[serde(flatten)]
-    pub latency: Percentiles,
+    /// Its latency.
+    pub latency_ns: LatencyNs,
     /// Each percentile divided by the first log's (`null` where that is 0).
-    pub ratio: Ratios,
+    pub ratio_to_first: Ratios,
 }
 
-/// Percentiles of one log over the first log's.
+/// Percentiles of one log over the first log's, named `at_` and the
+/// percentile (the convention keeps `p50` and the like for latency
+/// objects).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Ratios {
     /// p50 ratio.
-    pub p50: Option<f64>,
+    pub at_p50: Option<f64>,
     /// p90 ratio.
-    pub p90: Option<f64>,
+    pub at_p90: Option<f64>,
     /// p99 ratio.
-    pub p99: Option<f64>,
+    pub at_p99: Option<f64>,
     /// p99.9 ratio.
-    pub p999: Option<f64>,
+    pub at_p999: Option<f64>,
     /// p99.99 ratio.
-    pub p9999: Option<f64>,
+    pub at_p9999: Option<f64>,
     /// max ratio.
-    pub max: Option<f64>,
+    pub at_max: Option<f64>,
 }
 
 /// The comparison.
@@ -89,7 +91,7 @@ pub fn run(args: &ReportArgs) -> Result<Report, ReplayError> {
             }
             Ok(())
         })?;
-        let latency = Percentiles::of(&total);
+        let latency = LatencyNs::of(&total);
         curves.push(Curve::of(
             format!(
                 "{}: p99 {} µs, max {} µs",
@@ -102,21 +104,21 @@ pub fn run(args: &ReportArgs) -> Result<Report, ReplayError> {
         logs.push(LogSummary {
             file: path.display().to_string(),
             intervals,
-            latency,
-            ratio: Ratios::default(),
+            latency_ns: latency,
+            ratio_to_first: Ratios::default(),
         });
     }
-    let base = logs[0].latency;
+    let base = logs[0].latency_ns;
     for l in &mut logs {
         let r = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
-        let p = l.latency;
-        l.ratio = Ratios {
-            p50: r(p.p50, base.p50),
-            p90: r(p.p90, base.p90),
-            p99: r(p.p99, base.p99),
-            p999: r(p.p999, base.p999),
-            p9999: r(p.p9999, base.p9999),
-            max: r(p.max, base.max),
+        let p = l.latency_ns;
+        l.ratio_to_first = Ratios {
+            at_p50: r(p.p50, base.p50),
+            at_p90: r(p.p90, base.p90),
+            at_p99: r(p.p99, base.p99),
+            at_p999: r(p.p999, base.p999),
+            at_p9999: r(p.p9999, base.p9999),
+            at_max: r(p.max, base.max),
         };
     }
     std::fs::create_dir_all(&args.out).map_err(|e| ReplayError::output(&args.out, e))?;
@@ -151,17 +153,17 @@ impl Report {
         s.push('\n');
         s.push_str(&format!("{:>8}", "count"));
         for l in &self.logs {
-            s.push_str(&format!("  {:>width$}", l.latency.count));
+            s.push_str(&format!("  {:>width$}", l.latency_ns.count));
         }
         s.push('\n');
-        for (row, (name, _)) in self.logs[0].latency.rows().iter().enumerate() {
+        for (row, name) in ROWS.iter().enumerate() {
             s.push_str(&format!("{name:>8}"));
             for (i, l) in self.logs.iter().enumerate() {
-                let v = l.latency.rows()[row].1;
+                let v = rows(&l.latency_ns)[row];
                 let cell = if i == 0 {
                     micros(v)
                 } else {
-                    let ratio = ratio_row(&l.ratio, row)
+                    let ratio = ratio_row(&l.ratio_to_first, row)
                         .map_or_else(|| "-".to_string(), |r| format!("{}x", ratio_text(r)));
                     format!("{} ({ratio})", micros(v))
                 };
@@ -183,11 +185,20 @@ fn ratio_text(r: f64) -> String {
     format!("{r:.decimals$}")
 }
 
+/// The table's rows: p50 to p99.99, then max.
+const ROWS: [&str; 6] = ["p50", "p90", "p99", "p99.9", "p99.99", "max"];
+
+fn rows(l: &LatencyNs) -> [u64; 6] {
+    [l.p50, l.p90, l.p99, l.p999, l.p9999, l.max]
+}
+
 fn ratio_row(r: &Ratios, row: usize) -> Option<f64> {
-    [r.p50, r.p90, r.p99, r.p999, r.p9999, r.max]
-        .get(row)
-        .copied()
-        .flatten()
+    [
+        r.at_p50, r.at_p90, r.at_p99, r.at_p999, r.at_p9999, r.at_max,
+    ]
+    .get(row)
+    .copied()
+    .flatten()
 }
 
 fn shorten(s: &str, width: usize) -> String {

@@ -27,8 +27,11 @@ use super::peer::Subscriber;
 use super::plot::{self, Curve, TimelinePoint};
 use super::schedule::{Rate, Scheduler};
 use super::subscribe::{self, new_histogram, SubscriberCounts};
-use super::summary::{per_sec, Percentiles, SubscriberSummary, Summary, SummaryExt};
+use super::summary::{
+    per_sec, Drops, EndedBy, Percentiles, SubscriberSummary, Summary, SummaryExt,
+};
 use super::transport::{BusOptions, End, Transport};
+use mdbus_tool_support::output::LatencyNs;
 
 /// How long before the first message the subscribers are told the start:
 /// time for them to read it and begin polling.
@@ -121,8 +124,8 @@ pub struct RunArgs {
 
 /// What the send loop did.
 struct Sent {
-    /// `--duration` ended the replay before the end of the input.
-    cut_short: bool,
+    /// Why it ended.
+    ended_by: EndedBy,
     messages: u64,
     last_seq: u64,
     first_ns: u64,
@@ -208,7 +211,10 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
     for s in &mut subscribers {
         s.send(&format!("start {t0} {interval_ns}"))?;
     }
-    let progress = progress_bar(whole.map(|w| w.stats.messages));
+    // A paced replay ends when its last message is due, whatever the
+    // current rate: the ETA comes from the schedule.
+    let due_end = due_end(args.rate, whole.map(|w| w.span_ns), t0);
+    let progress = progress_bar(whole.map(|w| w.stats.messages), due_end);
     let sent = replay(
         &mut publisher,
         &mut loader,
@@ -243,28 +249,22 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
         interval_ns,
     )?;
     let mut per_subscriber = Vec::new();
-    let mut drops = 0;
+    let mut drops = Drops::default();
     let mut gaps = 0;
     let mut clamped = 0;
     let mut last_delivery = t0;
     for (i, (counts, hist)) in outputs.subscribers.iter().enumerate() {
-        let lost = sent.messages.saturating_sub(counts.received);
-        drops += lost;
+        let one = SubscriberSummary::new(i + 1, sub_cores[i], sent.messages, counts, hist);
+        drops.add(&one.drops);
         gaps += counts.gaps + counts.overruns;
         clamped += counts.clamped;
         last_delivery = last_delivery.max(counts.last_ns);
-        per_subscriber.push(SubscriberSummary {
-            index: i + 1,
-            core: sub_cores[i],
-            drops: lost,
-            latency: Percentiles::of(hist),
-            counts: *counts,
-        });
+        per_subscriber.push(one);
     }
     let first = sent.first_ns.min(t0);
     let seconds_ns = last_delivery.saturating_sub(first);
     Ok(Summary {
-        latency: Percentiles::of(&outputs.total),
+        latency_ns: LatencyNs::of(&outputs.total),
         msgs_per_sec: per_sec(sent.messages, seconds_ns),
         drops,
         gaps,
@@ -274,13 +274,13 @@ pub fn run(args: &RunArgs) -> Result<Summary, ReplayError> {
         transport: bus.transport.name(),
         rate: args.rate,
         subscribers: args.subscribers as usize,
+        ended_by: sent.ended_by,
         seconds: seconds_ns as f64 / 1e9,
         send_msgs_per_sec: per_sec(sent.messages, sent.last_ns.saturating_sub(sent.first_ns)),
         clamped,
         duplicates: stats.duplicates,
         heartbeats: stats.heartbeats,
         skipped: stats.skipped,
-        duration_reached: sent.cut_short,
         publisher_core,
         per_subscriber,
         out: args.out.display().to_string(),
@@ -317,14 +317,33 @@ fn cores(args: &RunArgs, bus: &BusOptions) -> Result<mdbus::affinity::Placement,
     }
 }
 
-fn progress_bar(total: Option<u64>) -> ProgressBar {
+/// When the last message of a replay starting at `t0` is due (ns since the
+/// epoch): known for a paced replay of an input read whole (`span_ns`, its
+/// last message's offset at that pace); `None` at `max`, where the end
+/// depends on how fast the publisher goes.
+pub fn due_end(rate: Rate, span_ns: Option<u64>, t0: u64) -> Option<u64> {
+    rate.speed()?;
+    Some(t0.saturating_add(span_ns?))
+}
+
+/// Time left until `due_end` (ns since the epoch) at `now_ns`: when the
+/// last message of a paced replay is due, however fast the messages so
+/// far went.
+pub fn schedule_eta(due_end: u64, now_ns: u64) -> Duration {
+    Duration::from_nanos(due_end.saturating_sub(now_ns))
+}
+
+/// The progress bar (on a terminal only); its ETA is [`schedule_eta`] for
+/// a paced replay of a known length, indicatif's estimate from the rate
+/// otherwise.
+fn progress_bar(total: Option<u64>, due_end: Option<u64>) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let (bar, template) = match total {
         Some(n) => (
             ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()),
-            "{wide_bar} {human_pos}/{human_len} msgs  {rate}  ETA {eta}",
+            "{wide_bar} {human_pos}/{human_len} msgs  {rate}  ETA {schedule_eta}",
         ),
         None => (
             ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
@@ -332,12 +351,25 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
         ),
     };
     match ProgressStyle::with_template(template) {
-        Ok(style) => bar.with_style(style.with_key(
-            "rate",
-            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = write!(w, "{:.0} msgs/s", s.per_sec());
-            },
-        )),
+        Ok(style) => bar.with_style(
+            style
+                .with_key(
+                    "rate",
+                    |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{:.0} msgs/s", s.per_sec());
+                    },
+                )
+                .with_key(
+                    "schedule_eta",
+                    move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let eta = match due_end {
+                            Some(end) => schedule_eta(end, mdbus::clock::now_ns()),
+                            None => s.eta(),
+                        };
+                        let _ = write!(w, "{}", indicatif::HumanDuration(eta));
+                    },
+                ),
+        ),
         Err(_) => bar,
     }
 }
@@ -360,15 +392,15 @@ fn replay(
     let max = publisher.max_message();
     let paced = rate.speed().is_some();
     let mut sent = Sent {
-        cut_short: false,
+        ended_by: EndedBy::EndOfInput,
         messages: 0,
         last_seq: 0,
         first_ns: 0,
         last_ns: 0,
     };
     // Start together with the subscribers, also at max.
-    if !wait_until(t0, publisher, datagram, subscribers, deadline)? {
-        sent.cut_short = true;
+    if let Some(why) = wait_until(t0, publisher, datagram, subscribers, deadline)? {
+        sent.ended_by = why;
         return Ok(sent);
     }
     loop {
@@ -376,7 +408,11 @@ fn replay(
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
             Err(e) if e.stopped() == Some(&Stopped::Deadline) => {
-                sent.cut_short = true;
+                sent.ended_by = EndedBy::Duration;
+                break;
+            }
+            Err(e) if e.stopped() == Some(&Stopped::Signal) => {
+                sent.ended_by = EndedBy::Interrupted;
                 break;
             }
             Err(e) => return Err(stopped(e, Path::new(input))),
@@ -385,11 +421,12 @@ fn replay(
             let data = chunk.message(item);
             let intended = if paced {
                 let due = t0 + item.offset_ns;
-                if mdbus::clock::now_ns() < due
-                    && !wait_until(due, publisher, datagram, subscribers, deadline)?
-                {
-                    sent.cut_short = true;
-                    break;
+                if mdbus::clock::now_ns() < due {
+                    if let Some(why) = wait_until(due, publisher, datagram, subscribers, deadline)?
+                    {
+                        sent.ended_by = why;
+                        break;
+                    }
                 }
                 due
             } else {
@@ -407,6 +444,14 @@ fn replay(
             sent.last_seq = claim.commit_with_timestamp(intended)?;
             if sent.messages == 0 {
                 sent.first_ns = intended;
+                // A marker for whoever watches stderr (an operator, a
+                // test about to press Ctrl-C): the replay is under way.
+                if progress.is_hidden() {
+                    eprintln!(
+                        "mdbus-replay: replaying {input}: first message published; \
+                         Ctrl-C stops and writes what was measured"
+                    );
+                }
             }
             sent.messages += 1;
             if sent.messages % SERVICE_EVERY == 0 {
@@ -414,12 +459,15 @@ fn replay(
                     publisher.service()?;
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    sent.cut_short = true;
+                    sent.ended_by = EndedBy::Duration;
+                    break;
+                }
+                if mdbus_tool_support::signals::requested() {
+                    sent.ended_by = EndedBy::Interrupted;
                     break;
                 }
             }
             if sent.messages % PROGRESS_EVERY == 0 {
-                interrupted()?;
                 progress.set_position(sent.messages);
                 for s in subscribers.iter_mut() {
                     s.check_alive()?;
@@ -427,7 +475,7 @@ fn replay(
             }
         }
         loader.recycle(chunk);
-        if sent.cut_short {
+        if sent.ended_by != EndedBy::EndOfInput {
             break;
         }
     }
@@ -436,16 +484,16 @@ fn replay(
 }
 
 /// Spins until `due` (ns since the epoch), doing the publisher's duties
-/// and checking on the subscribers now and then. Returns `false` when
-/// `deadline` came first; fails when SIGINT/SIGTERM arrived, so a pause of
-/// hours in a capture never holds the tool.
+/// and checking on the subscribers now and then. Returns why the replay
+/// must stop instead when `deadline` came first or SIGINT/SIGTERM arrived,
+/// so a pause of hours in a capture never holds the tool.
 fn wait_until(
     due: u64,
     publisher: &mut mdbus::Publisher,
     datagram: bool,
     subscribers: &mut [Subscriber],
     deadline: Option<Instant>,
-) -> Result<bool, ReplayError> {
+) -> Result<Option<EndedBy>, ReplayError> {
     let mut spins = 0u64;
     while mdbus::clock::now_ns() < due {
         spins += 1;
@@ -453,9 +501,11 @@ fn wait_until(
             if datagram {
                 publisher.service()?;
             }
-            interrupted()?;
+            if mdbus_tool_support::signals::requested() {
+                return Ok(Some(EndedBy::Interrupted));
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(false);
+                return Ok(Some(EndedBy::Duration));
             }
             if spins % (1 << 20) == 0 {
                 for s in subscribers.iter_mut() {
@@ -465,11 +515,13 @@ fn wait_until(
         }
         std::hint::spin_loop();
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// After the last message: answers retransmit requests until every
-/// subscriber has accounted for everything and exited.
+/// subscriber has accounted for everything and exited. Not cut short by
+/// SIGINT/SIGTERM: an interrupted replay ends here too, so that every
+/// subscriber finishes its interval log (bounded by the timeout).
 fn serve_until_done(
     publisher: &mut mdbus::Publisher,
     subscribers: &mut [Subscriber],
@@ -478,7 +530,6 @@ fn serve_until_done(
     let mut done = vec![false; subscribers.len()];
     let mut last_progress = Instant::now();
     while done.iter().any(|d| !d) {
-        interrupted()?;
         publisher.service()?;
         for (i, s) in subscribers.iter_mut().enumerate() {
             if done[i] {
@@ -622,10 +673,11 @@ fn add(into: &mut Histogram<u64>, h: &Histogram<u64>) {
     }
 }
 
-/// Turns Ctrl-C and SIGTERM into an error from the send loop's next
-/// check, so the run unwinds: the publisher removes its shared-memory
-/// segment and the subscribers are stopped, rather than a segment of the
-/// ring's size being left behind in /dev/shm.
+/// Turns Ctrl-C and SIGTERM into a flag the send loop checks: the replay
+/// stops sending, the subscribers account for what was sent and finish
+/// their logs, and the results are merged and printed as for
+/// `--duration`; the publisher removes its shared-memory segment rather
+/// than leaving a segment of the ring's size behind in /dev/shm.
 fn catch_interrupts() -> Result<(), ReplayError> {
     mdbus_tool_support::signals::install()
         .map_err(|e| ReplayError::Run(format!("cannot catch SIGINT and SIGTERM: {e}")))
@@ -658,11 +710,27 @@ fn stopped(e: InputError, input: &Path) -> ReplayError {
     }
 }
 
-/// Fails once Ctrl-C or SIGTERM arrived.
-fn interrupted() -> Result<(), ReplayError> {
-    if mdbus_tool_support::signals::requested() {
-        Err(ReplayError::Run("interrupted".into()))
-    } else {
-        Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_replays_eta_is_its_schedule_whatever_the_rate_so_far() {
+        // A capture whose last message comes 12 s after its first, at 1x:
+        // 12 s left at the start, 10 s two seconds in, however many
+        // messages those two seconds held (a burst at the open sends
+        // thousands in the first milliseconds).
+        let t0 = 1_000_000_000_000;
+        let end = due_end(Rate::Speed(1.0), Some(12_000_000_000), t0).unwrap();
+        assert_eq!(schedule_eta(end, t0), Duration::from_secs(12));
+        assert_eq!(
+            schedule_eta(end, t0 + 2_000_000_000),
+            Duration::from_secs(10)
+        );
+        assert_eq!(schedule_eta(end, end + 5), Duration::ZERO);
+        // At max the end is not known: indicatif estimates from the rate.
+        assert_eq!(due_end(Rate::Max, Some(12_000_000_000), t0), None);
+        // Nor for an input too large to read ahead whole.
+        assert_eq!(due_end(Rate::Speed(10.0), None, t0), None);
     }
 }

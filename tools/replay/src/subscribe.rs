@@ -104,6 +104,12 @@ pub fn files(dir: &std::path::Path, index: usize) -> (PathBuf, PathBuf) {
 /// Runs the subscriber process.
 pub fn run(args: &SubscribeArgs) -> Result<(), ReplayError> {
     die_with_parent()?;
+    // Ctrl-C reaches the whole process group: the subscriber must not die
+    // mid-line of its log. It ignores the flag; the publisher, which sees
+    // the same signal, ends the replay and tells it where the end is (and
+    // if the publisher dies, the death signal still ends this process).
+    mdbus_tool_support::signals::install()
+        .map_err(|e| ReplayError::Run(format!("cannot catch SIGINT and SIGTERM: {e}")))?;
     if let Some(core) = args.core {
         mdbus::affinity::pin_current_thread(core)
             .map_err(|e| ReplayError::Run(format!("subscriber {}: {e}", args.index)))?;

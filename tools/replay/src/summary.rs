@@ -7,10 +7,53 @@ use serde::Serialize;
 use super::input::{InputFormat, Skipped};
 use super::schedule::Rate;
 use super::subscribe::SubscriberCounts;
+use hdrhistogram::Histogram;
+use mdbus_tool_support::output::{self, LatencyNs};
 
 /// Percentiles of a latency histogram, in nanoseconds (`of`, `rows`:
 /// [`SummaryExt`]).
 pub use mdbus_tool_support::percentiles::{Summary as Percentiles, SummaryExt};
+
+/// Messages published but not delivered, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Drops {
+    /// Lost to overruns (shm: the subscriber fell a whole ring behind).
+    pub overrun_messages: u64,
+    /// Lost in unrecoverable gaps (udp, verbs).
+    pub gap_messages: u64,
+    /// Neither delivered nor reported lost (a subscriber that ended
+    /// early).
+    pub unaccounted_messages: u64,
+}
+
+impl Drops {
+    /// The drops of a subscriber that received `c.received` of `sent`.
+    pub fn of(sent: u64, c: &SubscriberCounts) -> Drops {
+        let missing = sent.saturating_sub(c.received);
+        Drops {
+            overrun_messages: c.overrun_messages,
+            gap_messages: c.gap_messages,
+            unaccounted_messages: missing
+                .saturating_sub(c.overrun_messages.saturating_add(c.gap_messages)),
+        }
+    }
+
+    /// Every message dropped.
+    pub fn total(&self) -> u64 {
+        self.overrun_messages
+            .saturating_add(self.gap_messages)
+            .saturating_add(self.unaccounted_messages)
+    }
+
+    /// Adds another subscriber's.
+    pub fn add(&mut self, o: &Drops) {
+        self.overrun_messages = self.overrun_messages.saturating_add(o.overrun_messages);
+        self.gap_messages = self.gap_messages.saturating_add(o.gap_messages);
+        self.unaccounted_messages = self
+            .unaccounted_messages
+            .saturating_add(o.unaccounted_messages);
+    }
+}
 
 /// One subscriber's share of a run.
 #[derive(Debug, Clone, Serialize)]
@@ -19,33 +62,67 @@ pub struct SubscriberSummary {
     pub index: usize,
     /// The core it was pinned to.
     pub core: usize,
-    /// Messages published but not delivered to it.
-    pub drops: u64,
-    /// Its latency percentiles.
-    #[serde(flatten)]
-    pub latency: Percentiles,
-    /// Its counters.
-    #[serde(flatten)]
-    pub counts: SubscriberCounts,
+    /// Messages delivered.
+    pub received: u64,
+    /// Overrun events.
+    pub overruns: u64,
+    /// Unrecoverable gap events.
+    pub gaps: u64,
+    /// Latencies above the histogram's bound, recorded as the bound.
+    pub clamped: u64,
+    /// Messages whose intended time was later than their delivery.
+    pub early: u64,
+    /// Stalls injected (a test hook).
+    pub stalls: u64,
+    /// The last sequence number the publisher announced to it.
+    pub last_seq: u64,
+    /// Messages published but not delivered to it, by reason.
+    pub drops: Drops,
+    /// Its one-way latency.
+    pub latency_ns: LatencyNs,
 }
 
-/// The result of `mdbus-replay run`. The first fields are the documented
-/// contract; the rest describe the run.
+impl SubscriberSummary {
+    /// Subscriber `index`'s share, of `sent` messages.
+    pub fn new(
+        index: usize,
+        core: usize,
+        sent: u64,
+        c: &SubscriberCounts,
+        h: &Histogram<u64>,
+    ) -> Self {
+        SubscriberSummary {
+            index,
+            core,
+            received: c.received,
+            overruns: c.overruns,
+            gaps: c.gaps,
+            clamped: c.clamped,
+            early: c.early,
+            stalls: c.stalls,
+            last_seq: c.last_seq,
+            drops: Drops::of(sent, c),
+            latency_ns: LatencyNs::of(h),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndedBy {
+    /// Every message of the input was replayed.
+    EndOfInput,
+    /// `--duration` ran out first.
+    Duration,
+    /// SIGINT or SIGTERM stopped the replay; what was sent is measured.
+    Interrupted,
+}
+
+/// The result of `mdbus-replay run`, printed as a table or (with
+/// `--json`) as one object whose keys docs/REPLAY.md lists.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// One-way latency over every subscriber, ns.
-    #[serde(flatten)]
-    pub latency: Percentiles,
-    /// Messages delivered per second per subscriber, from the first send
-    /// to the last delivery.
-    pub msgs_per_sec: f64,
-    /// Messages published but not delivered, summed over subscribers.
-    pub drops: u64,
-    /// Loss events (shm overruns, unrecoverable udp/verbs gaps), summed
-    /// over subscribers.
-    pub gaps: u64,
-    /// Messages published.
-    pub messages: u64,
     /// The input file.
     pub input: String,
     /// Its format.
@@ -56,10 +133,25 @@ pub struct Summary {
     pub rate: Rate,
     /// Subscriber processes.
     pub subscribers: usize,
+    /// Why the replay ended.
+    pub ended_by: EndedBy,
+    /// Messages published.
+    pub messages: u64,
     /// Seconds from the first send to the last delivery.
     pub seconds: f64,
+    /// Messages delivered per second per subscriber, from the first send
+    /// to the last delivery.
+    pub msgs_per_sec: f64,
     /// Messages the publisher sent per second, first to last send.
     pub send_msgs_per_sec: f64,
+    /// One-way latency over every subscriber.
+    pub latency_ns: LatencyNs,
+    /// Messages published but not delivered, by reason, summed over
+    /// subscribers.
+    pub drops: Drops,
+    /// Loss events (shm overruns, unrecoverable udp/verbs gaps), summed
+    /// over subscribers.
+    pub gaps: u64,
     /// Latencies beyond the histogram's one-hour bound.
     pub clamped: u64,
     /// Input messages skipped as duplicates (captures of A/B lines).
@@ -69,8 +161,6 @@ pub struct Summary {
     /// What the input held that was not replayed, by reason (frames,
     /// packets; `unrecoverable` in messages).
     pub skipped: Skipped,
-    /// `--duration` ended the replay before the end of the input.
-    pub duration_reached: bool,
     /// The core the publisher was pinned to.
     pub publisher_core: usize,
     /// Each subscriber.
@@ -86,10 +176,10 @@ impl Summary {
     /// capture's wire, not IPv4 or not UDP, is not loss).
     pub fn loss(&self) -> Option<String> {
         let mut parts = Vec::new();
-        if self.drops > 0 {
+        let drops = self.drops.total();
+        if drops > 0 {
             parts.push(format!(
-                "{} messages published but not delivered (summed over subscribers)",
-                self.drops
+                "{drops} messages published but not delivered (summed over subscribers)"
             ));
         }
         if self.gaps > 0 {
@@ -99,6 +189,22 @@ impl Summary {
             parts.push(format!("input not replayed: {input}"));
         }
         (!parts.is_empty()).then(|| format!("{}: {}", self.input, parts.join("; ")))
+    }
+
+    /// The one JSON object of `--json` (docs/JSON.md).
+    pub fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = output::json_object("mdbus-replay");
+        m.insert("command".into(), "run".into());
+        if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) {
+            m.extend(fields);
+        }
+        let lost = self.loss();
+        m.insert("lost".into(), lost.is_some().into());
+        m.insert(
+            "data_lost".into(),
+            lost.map_or(serde_json::Value::Null, Into::into),
+        );
+        m
     }
 
     /// The table a person reads.
@@ -130,7 +236,7 @@ impl Summary {
             "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>8} {:>6}\n",
             "count", "p50", "p90", "p99", "p99.9", "p99.99", "max", "msgs/s", "drops", "gaps"
         ));
-        let l = &self.latency;
+        let l = &self.latency_ns;
         s.push_str(&format!(
             "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12.0} {:>8} {:>6}\n",
             l.count,
@@ -141,14 +247,19 @@ impl Summary {
             micros(l.p9999),
             micros(l.max),
             self.msgs_per_sec,
-            self.drops,
+            self.drops.total(),
             self.gaps
         ));
-        if self.duration_reached {
-            s.push_str(&format!(
+        match self.ended_by {
+            EndedBy::EndOfInput => {}
+            EndedBy::Duration => s.push_str(&format!(
                 "--duration reached: stopped after {} messages\n",
                 self.messages
-            ));
+            )),
+            EndedBy::Interrupted => s.push_str(&format!(
+                "interrupted: stopped after {} messages, every file written\n",
+                self.messages
+            )),
         }
         let skipped = self.skipped.describe();
         if !skipped.is_empty() {

@@ -70,8 +70,19 @@ pub struct SynthReport {
     pub first_ns: u64,
     /// ITCH timestamp of the last message.
     pub last_ns: u64,
-    /// Messages per type, by type letter.
-    pub types: std::collections::BTreeMap<String, u64>,
+    /// Messages per type, in type-letter order (a list: the letters are
+    /// data, not keys; docs/JSON.md keeps keys snake_case).
+    pub types: Vec<TypeCount>,
+}
+
+/// Messages of one ITCH type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TypeCount {
+    /// The type letter.
+    #[serde(rename = "type")]
+    pub msg_type: String,
+    /// Messages of that type.
+    pub messages: u64,
 }
 
 /// Parses `HH:MM:SS`.
@@ -139,7 +150,10 @@ pub fn run(args: &SynthArgs) -> Result<SynthReport, ReplayError> {
     report.bytes = w.bytes_written();
     for (t, &n) in counts.iter().enumerate() {
         if n > 0 {
-            report.types.insert(char::from(t as u8).to_string(), n);
+            report.types.push(TypeCount {
+                msg_type: char::from(t as u8).to_string(),
+                messages: n,
+            });
         }
     }
     Ok(report)

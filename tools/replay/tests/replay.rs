@@ -20,6 +20,7 @@ use mdbus_feed::pcap::CaptureWriter;
 use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 use mdbus_replay::hlog::HlogReader;
 use mdbus_replay::schedule::{Rate, Scheduler};
+use mdbus_tool_support::output::check_convention;
 use serde_json::Value;
 
 /// Hostile captures, pipes, FIFOs, signals and --duration.
@@ -135,9 +136,27 @@ fn replay_json(args: &[&str]) -> Value {
         stderr(&out)
     );
     let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one JSON object expected, got:\n{stdout}");
-    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    // All of stdout is one object, in the tools' convention.
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["tool"], "mdbus-replay");
+    assert_eq!(v["command"], all[0], "{v}");
+    v
+}
+
+/// The latency count of a run (or a subscriber, or a report's log).
+fn count(v: &Value) -> u64 {
+    u(&v["latency_ns"], "count")
+}
+
+/// Messages dropped, all reasons.
+fn dropped(v: &Value) -> u64 {
+    v["drops"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no drops object in {v}"))
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum()
 }
 
 fn u(v: &Value, key: &str) -> u64 {
@@ -181,12 +200,16 @@ fn read_log(path: &str) -> (Vec<(Duration, Histogram<u64>)>, Histogram<u64>) {
 /// Every output file is there and holds what it should.
 fn check_outputs(out_dir: &str, summary: &Value) {
     let dir = Path::new(out_dir);
-    let count = u(summary, "count");
+    let count = count(summary);
     let (intervals, total) = read_log(&dir.join("latency.hlog").display().to_string());
     assert!(!intervals.is_empty());
     assert_eq!(total.len(), count, "the log's count is the summary's");
-    assert_eq!(total.max(), u(summary, "max"));
-    assert_eq!(total.value_at_quantile(0.99), u(summary, "p99"));
+    assert_eq!(total.max(), u(&summary["latency_ns"], "max"));
+    assert_eq!(
+        total.value_at_quantile(0.99),
+        u(&summary["latency_ns"], "p99")
+    );
+    assert_eq!(total.min(), u(&summary["latency_ns"], "min"));
 
     let hlog = std::fs::read_to_string(dir.join("latency.hlog")).unwrap();
     assert!(
@@ -233,15 +256,17 @@ fn check_outputs(out_dir: &str, summary: &Value) {
 }
 
 fn check_contract_keys(v: &Value) {
-    for key in [
-        "count", "p50", "p90", "p99", "p999", "p9999", "max", "drops", "gaps",
-    ] {
+    for key in ["messages", "gaps"] {
         u(v, key);
     }
+    for reason in ["overrun_messages", "gap_messages", "unaccounted_messages"] {
+        u(&v["drops"], reason);
+    }
+    assert_eq!(v["lost"], false, "{v}");
     assert!(v["msgs_per_sec"].as_f64().is_some_and(|r| r > 0.0), "{v}");
-    let p: Vec<u64> = ["p50", "p90", "p99", "p999", "p9999", "max"]
+    let p: Vec<u64> = ["min", "p50", "p90", "p99", "p999", "p9999", "max"]
         .iter()
-        .map(|k| u(v, k))
+        .map(|k| u(&v["latency_ns"], k))
         .collect();
     assert!(p.windows(2).all(|w| w[0] <= w[1]), "out of order: {v}");
 }
@@ -269,8 +294,8 @@ fn shm_at_max_delivers_every_message_and_writes_every_file() {
     ]);
     check_contract_keys(&v);
     assert_eq!(u(&v, "messages"), 3000, "{v}");
-    assert_eq!(u(&v, "count"), 3000, "{v}");
-    assert_eq!(u(&v, "drops"), 0, "{v}");
+    assert_eq!(count(&v), 3000, "{v}");
+    assert_eq!(dropped(&v), 0, "{v}");
     assert_eq!(u(&v, "gaps"), 0, "{v}");
     assert_eq!(v["format"], "binaryfile");
     assert_eq!(v["transport"], "shm");
@@ -303,17 +328,14 @@ fn shm_at_a_scaled_rate_to_two_subscribers() {
     let v = replay_json(&args);
     check_contract_keys(&v);
     assert_eq!(u(&v, "messages"), 2000);
-    assert_eq!(
-        u(&v, "count"),
-        4000,
-        "every subscriber receives every message"
-    );
-    assert_eq!(u(&v, "drops"), 0, "{v}");
+    assert_eq!(count(&v), 4000, "every subscriber receives every message");
+    assert_eq!(dropped(&v), 0, "{v}");
     let subs = v["per_subscriber"].as_array().unwrap();
     assert_eq!(subs.len(), 2);
     for sub in subs {
         assert_eq!(u(sub, "received"), 2000, "{sub}");
-        assert_eq!(u(sub, "count"), 2000, "{sub}");
+        assert_eq!(count(sub), 2000, "{sub}");
+        assert_eq!(dropped(sub), 0, "{sub}");
         assert_eq!(u(sub, "last_seq"), 2000, "{sub}");
         assert!(Path::new(&out)
             .join(format!("subscribers/subscriber-{}.hlog", u(sub, "index")))
@@ -348,8 +370,8 @@ fn udp_on_the_loopback_at_max_and_at_a_scaled_rate() {
         let v = replay_json(&args);
         check_contract_keys(&v);
         assert_eq!(v["transport"], "udp");
-        assert_eq!(u(&v, "count"), 3000, "{rate}: {v}");
-        assert_eq!(u(&v, "drops"), 0, "{rate}: {v}");
+        assert_eq!(count(&v), 3000, "{rate}: {v}");
+        assert_eq!(dropped(&v), 0, "{rate}: {v}");
         assert_eq!(u(&v, "gaps"), 0, "{rate}: {v}");
         check_outputs(&out, &v);
     }
@@ -382,16 +404,16 @@ fn a_stall_in_the_subscriber_shows_in_the_tail_and_in_its_interval() {
     ];
     args.extend(SHARED_MACHINE);
     let v = replay_json(&args);
-    assert_eq!(u(&v, "count"), 3000);
+    assert_eq!(count(&v), 3000);
     assert_eq!(u(&v["per_subscriber"][0], "stalls"), 3);
     let stall_ns = stall_us * 1000;
     // Each stalled message waited the whole stall after its intended
     // send time (it had arrived before the stall began): at least one
     // latency per stall is at least the stall.
     assert!(
-        u(&v, "max") >= stall_ns,
+        u(&v["latency_ns"], "max") >= stall_ns,
         "max {} < stall {stall_ns}",
-        u(&v, "max")
+        u(&v["latency_ns"], "max")
     );
     let (intervals, total) = read_log(&format!("{out}/latency.hlog"));
     assert!(total.count_between(stall_ns, u64::MAX) >= 3, "{v}");
@@ -465,9 +487,9 @@ fn a_pcap_of_two_lines_replays_each_message_once() {
     let v = replay_json(&args);
     assert_eq!(v["format"], "pcap");
     assert_eq!(u(&v, "messages"), messages);
-    assert_eq!(u(&v, "count"), messages);
+    assert_eq!(count(&v), messages);
     assert_eq!(u(&v, "duplicates"), messages, "the B line's copies");
-    assert_eq!(u(&v, "drops"), 0);
+    assert_eq!(dropped(&v), 0);
 }
 
 #[test]
@@ -499,7 +521,7 @@ fn an_mdcap_capture_replays() {
     args.extend(SHARED_MACHINE);
     let v = replay_json(&args);
     assert_eq!(v["format"], "mdcap");
-    assert_eq!(u(&v, "count"), n);
+    assert_eq!(count(&v), n);
     check_outputs(&out, &v);
 }
 
@@ -570,7 +592,7 @@ fn a_pcap_of_other_traffic_says_it_holds_no_moldudp64() {
     assert!(
         err.contains(&format!(
             "mdbus-replay: {pcap} holds no MoldUDP64 messages: 6 packets, 6 of them UDP/IPv4 \
-             datagrams; skipped: 5 short_header, 1 bad_block_length"
+             datagrams; skipped: 5 malformed_short_header, 1 malformed_bad_block_length"
         )),
         "{err}"
     );
@@ -684,7 +706,7 @@ fn a_corrupt_hlog_is_named_with_its_line() {
         err.contains(&format!("{header} holds no interval histograms")),
         "{err}"
     );
-    assert_eq!(u(&v, "count"), 500);
+    assert_eq!(count(&v), 500);
 }
 
 #[test]
@@ -709,19 +731,20 @@ fn report_puts_logs_side_by_side_with_ratios() {
         ];
         args.extend(SHARED_MACHINE);
         let v = replay_json(&args);
-        counts.push(u(&v, "count"));
+        counts.push(count(&v));
         logs.push(format!("{out}/latency.hlog"));
     }
     let rdir = s.path("compare");
     let r = replay_json(&["report", &logs[0], &logs[1], "--out", &rdir]);
     let entries = r["logs"].as_array().unwrap();
     assert_eq!(entries.len(), 2);
-    assert_eq!(u(&entries[0], "count"), counts[0]);
-    assert_eq!(u(&entries[1], "count"), counts[1]);
-    assert_eq!(entries[0]["ratio"]["p99"].as_f64(), Some(1.0));
-    let expected = u(&entries[1], "p99") as f64 / u(&entries[0], "p99") as f64;
+    assert_eq!(count(&entries[0]), counts[0]);
+    assert_eq!(count(&entries[1]), counts[1]);
+    assert_eq!(entries[0]["ratio_to_first"]["at_p99"].as_f64(), Some(1.0));
+    let expected =
+        u(&entries[1]["latency_ns"], "p99") as f64 / u(&entries[0]["latency_ns"], "p99") as f64;
     // JSON's shortest decimal may differ from the quotient in the last bit.
-    let ratio = entries[1]["ratio"]["p99"].as_f64().unwrap();
+    let ratio = entries[1]["ratio_to_first"]["at_p99"].as_f64().unwrap();
     assert!(
         (ratio - expected).abs() <= expected * 1e-12,
         "{ratio} {expected}"
@@ -747,6 +770,29 @@ fn report_puts_logs_side_by_side_with_ratios() {
 fn synth_writes_exactly_the_messages_asked_for_deterministically() {
     let s = Scratch::new("synth");
     let a = synth(&s, "a.itch", 5000, 10);
+    // --json: one object in the convention, the counts by type adding up.
+    let c = s.path("c.itch");
+    let v = replay_json(&[
+        "synth",
+        "--messages",
+        "5000",
+        "--symbols",
+        "20",
+        "--close",
+        "09:30:10",
+        "--out",
+        &c,
+    ]);
+    assert_eq!(u(&v, "messages"), 5000, "{v}");
+    let by_type: u64 = v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u(t, "messages"))
+        .sum();
+    assert_eq!(by_type, 5000, "{v}");
+    assert_eq!(v["types"][0]["type"], "A", "type-letter order: {v}");
+    assert_eq!(std::fs::read(&c).unwrap(), std::fs::read(&a).unwrap());
     let b = synth(&s, "b.itch", 5000, 10);
     let bytes = std::fs::read(&a).unwrap();
     assert_eq!(
@@ -940,10 +986,11 @@ fn the_python_reference_reads_our_log_and_agrees() {
     let (intervals, ours) = read_log(&format!("{out}/latency.hlog"));
     assert_eq!(u(&py, "intervals"), intervals.len() as u64);
     // The same histogram: identical count and maximum.
-    assert_eq!(u(&py, "count"), u(&v, "count"));
+    assert_eq!(u(&py, "count"), count(&v));
     assert_eq!(u(&py, "count"), 6000);
-    assert_eq!(u(&py, "max"), u(&v, "max"));
+    assert_eq!(u(&py, "max"), u(&v["latency_ns"], "max"));
     assert_eq!(u(&py, "min"), ours.min());
+    assert_eq!(u(&py, "min"), u(&v["latency_ns"], "min"));
     // Percentiles compared exactly. The two implementations pick the
     // rank differently (Python rounds p * count to the nearest, Rust
     // takes the ceiling): where the ranks agree the values must be equal;
@@ -959,7 +1006,7 @@ fn the_python_reference_reads_our_log_and_agrees() {
         let py_rank = u(&py["ranks"], key);
         let our_rank = ((p * ours.len() as f64).ceil() as u64).max(1);
         if py_rank == our_rank {
-            assert_eq!(py_value, u(&v, key), "{key}: {py}");
+            assert_eq!(py_value, u(&v["latency_ns"], key), "{key}: {py}");
         } else {
             assert_eq!(py_value, value_at_rank(&ours, py_rank), "{key}: {py}");
         }

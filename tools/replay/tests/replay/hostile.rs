@@ -96,8 +96,9 @@ fn run_json(s: &Scratch, input: &str, extra: &[&str]) -> (Option<i32>, Value, St
     let out = replay(&args);
     let err = stderr(&out);
     let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
-    let v = serde_json::from_str(stdout.trim())
+    let v: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("{e}: stdout {stdout:?}, stderr {err}"));
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
     (out.status.code(), v, err)
 }
 
@@ -125,8 +126,8 @@ fn a_forged_sequence_2_63_among_600_genuine_messages_changes_nothing() {
     let (code, v, err) = run_json(&s, &path, &[]);
     assert_eq!(code, Some(3), "skipped input is loss: {err}");
     assert_eq!(u(&v, "messages"), 600);
-    assert_eq!(u(&v, "count"), 600);
-    assert_eq!(u(&v, "drops"), 0);
+    assert_eq!(count(&v), 600);
+    assert_eq!(dropped(&v), 0);
     assert_eq!(skipped(&v, "suspect_jumps"), 1);
     assert!(
         err.contains("input not replayed: 1 suspect_jumps") && err.contains("--allow-loss"),
@@ -135,7 +136,7 @@ fn a_forged_sequence_2_63_among_600_genuine_messages_changes_nothing() {
 
     let (code, v, err) = run_json(&s, &path, &["--allow-loss"]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(u(&v, "count"), 600);
+    assert_eq!(count(&v), 600);
     assert!(err.contains("allowed by --allow-loss"), "{err}");
 }
 
@@ -162,8 +163,8 @@ fn a_sequence_that_overflows_injects_nothing() {
     let (code, v, err) = run_json(&s, &path, &["--allow-loss"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(u(&v, "messages"), 600);
-    assert_eq!(u(&v, "count"), 600);
-    assert_eq!(skipped(&v, "sequence_overflow"), 2);
+    assert_eq!(count(&v), 600);
+    assert_eq!(skipped(&v, "malformed_sequence_overflow"), 2);
 }
 
 #[test]
@@ -229,14 +230,19 @@ fn lying_counts_and_lengths_fragments_and_other_frames_are_counted_by_reason() {
 
     let (code, v, err) = run_json(&s, &path, &[]);
     assert_eq!(code, Some(3), "{err}");
-    assert_eq!(u(&v, "count"), 600);
-    for reason in ["count_mismatch", "bad_udp_length", "fragments", "not_udp"] {
+    assert_eq!(count(&v), 600);
+    for reason in [
+        "malformed_count_mismatch",
+        "bad_udp_length",
+        "fragments",
+        "not_udp",
+    ] {
         assert_eq!(skipped(&v, reason), 1, "{reason} in {v}");
     }
     // Other traffic (not UDP) is counted but is not feed data lost.
     assert!(
         err.contains(
-            "input not replayed: 1 fragments, 1 bad_udp_length, 1 count_mismatch; exit status 3"
+            "input not replayed: 1 fragments, 1 bad_udp_length, 1 malformed_count_mismatch; exit status 3"
         ) && !err.contains("not_udp"),
         "{err}"
     );
@@ -271,7 +277,7 @@ fn a_capture_through_a_fifo_and_through_stdin_replays_once_read() {
     writer.join().unwrap();
     assert_eq!(v["format"], "pcap");
     assert_eq!(v["input"], fifo.as_str());
-    assert_eq!(u(&v, "count"), 600);
+    assert_eq!(count(&v), 600);
 
     let out = s.path("out-stdin");
     let mut args = vec![
@@ -282,7 +288,7 @@ fn a_capture_through_a_fifo_and_through_stdin_replays_once_read() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["input"], "standard input");
-    assert_eq!(u(&v, "count"), 600);
+    assert_eq!(count(&v), 600);
 }
 
 /// True once process `pid` has `path` open.
@@ -407,8 +413,123 @@ fn a_ten_hour_pause_at_1x_ends_at_duration_with_a_summary() {
     ];
     args.extend(SHARED_MACHINE);
     let v = replay_json(&args);
-    assert_eq!(v["duration_reached"], true);
+    assert_eq!(v["ended_by"], "duration");
     assert_eq!(u(&v, "messages"), 300, "the messages before the pause");
-    assert_eq!(u(&v, "count"), 300);
-    assert_eq!(u(&v, "drops"), 0);
+    assert_eq!(count(&v), 300);
+    assert_eq!(dropped(&v), 0);
+}
+
+/// Ctrl-C in a terminal sends SIGINT to the whole process group: the run
+/// and its subscriber processes. The replay stops sending, the
+/// subscribers account for what was sent, and every interval log is
+/// complete: `report` reads the merged log and each subscriber's.
+#[test]
+fn ctrl_c_ends_a_paced_replay_with_every_log_complete() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let s = Scratch::new("ctrl-c");
+    // At 1x the day's half-hour pre-open alone outlasts any test: the run
+    // is still replaying when the signal comes.
+    let input = synth(&s, "day.itch", 2000, 30);
+    let out = s.path("out");
+    let mut args = vec![
+        "run",
+        &input,
+        "--rate",
+        "1x",
+        "--interval",
+        "1ms",
+        "--subscribers",
+        "2",
+        "--out",
+        &out,
+        "--config",
+        &s.config,
+        "--json",
+    ];
+    args.extend(SHARED_MACHINE);
+    let mut child = Command::new(REPLAY)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A group of its own, as a shell job has: the signal goes to the
+        // group, as the terminal sends it.
+        .process_group(0)
+        .spawn()
+        .expect("start mdbus-replay");
+    let pid = child.id() as i32;
+    let mut stdout = child.stdout.take().unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut o = Vec::new();
+        let _ = stdout.read_to_end(&mut o);
+        let _ = tx.send(o);
+    });
+    // The run says when its first message is out.
+    let mut err = String::new();
+    let mut lines = stderr.lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        err.push_str(&line);
+        err.push('\n');
+        if line.contains("first message published") {
+            break;
+        }
+    }
+    assert!(err.contains("first message published"), "{err}");
+    // SAFETY: signalling the process group of our own child, which is
+    // still running (it has just written to stderr and replays for half
+    // an hour).
+    assert_eq!(unsafe { libc::kill(-pid, libc::SIGINT) }, 0);
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let stdout = match rx.recv_timeout(HANG_GUARD) {
+        Ok(o) => o,
+        Err(_) => {
+            let _ = child.kill();
+            panic!("mdbus-replay still running {HANG_GUARD:?} after SIGINT");
+        }
+    };
+    let status = child.wait().unwrap();
+    let err = format!("{err}{}", rest.join().unwrap().join("\n"));
+    assert_eq!(status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_slice(&stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(check_convention(&v), Ok(()), "{v}");
+    assert_eq!(v["ended_by"], "interrupted", "{v}");
+    assert_eq!(v["lost"], false, "{v}");
+    let sent = u(&v, "messages");
+    assert!(sent > 0, "{v}");
+    // Each subscriber got everything sent, and the merged log all of it.
+    assert_eq!(count(&v), 2 * sent, "{v}");
+    let mut logs = vec![format!("{out}/latency.hlog")];
+    for k in 1..=2 {
+        let sub = &v["per_subscriber"][k - 1];
+        assert_eq!(u(sub, "received"), sent, "{v}");
+        logs.push(format!("{out}/subscribers/subscriber-{k}.hlog"));
+    }
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(text.ends_with('\n'), "{log} ends mid-line: {text:?}");
+        let (intervals, total) = read_log(log);
+        assert!(!intervals.is_empty(), "{log}");
+        assert_eq!(
+            total.len(),
+            if log.ends_with("latency.hlog") {
+                2 * sent
+            } else {
+                sent
+            }
+        );
+    }
+    let mut report = vec!["report"];
+    report.extend(logs.iter().map(String::as_str));
+    let rdir = s.path("report");
+    report.extend(["--out", &rdir]);
+    let r = replay_json(&report);
+    let entries = r["logs"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(count(&entries[0]), 2 * sent);
+    assert_eq!(count(&entries[1]), sent);
+    assert_eq!(count(&entries[2]), sent);
 }
