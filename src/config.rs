@@ -646,7 +646,7 @@ impl Default for LimitsConfig {
 }
 
 /// Bytes with a readable unit: "1100585369600 bytes (1024.0 GiB)".
-fn bytes_text(n: u64) -> String {
+pub fn bytes_text(n: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let f = n as f64;
@@ -823,6 +823,18 @@ impl Config {
             out.push(p);
         }
         out
+    }
+
+    /// Bytes the listed channels allocate on this transport, all of them
+    /// and the shared-memory segments among them: what verbs registers
+    /// (and `shm.mlock` locks), and what huge pages would back. The host
+    /// readiness check (`mdbus-doctor`) compares them with the memlock
+    /// limit and the reserved huge pages.
+    pub fn channel_bytes(&self) -> (u64, u64) {
+        self.products().iter().fold((0u64, 0u64), |(all, shm), p| {
+            let seg = if p.segment.is_some() { p.bytes } else { 0 };
+            (all.saturating_add(p.bytes), shm.saturating_add(seg))
+        })
     }
 
     /// Checks every product of sizes against `limits.max_memory` and the
