@@ -82,7 +82,7 @@ fn huge_pages(host: &Host, bus: Option<&BusNeeds>, items: &mut Vec<Item>) {
         items.push(item.status(
             short,
             format!(
-                "{found}; the segments need {need} ({})",
+                "{found}; the segments need {need} for {}",
                 bytes(b.segment_bytes)
             ),
             fix,
