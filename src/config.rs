@@ -825,16 +825,16 @@ impl Config {
         out
     }
 
-    /// Bytes the listed channels allocate on this transport, all of them
-    /// and the shared-memory segments among them: what verbs registers
-    /// (and `shm.mlock` locks), and what huge pages would back. The host
+    /// What each listed channel allocates on this transport, in bytes, and
+    /// whether that is a shared-memory segment: what verbs registers (and
+    /// `shm.mlock` locks), and what huge pages would back. The host
     /// readiness check (`mdbus-doctor`) compares them with the memlock
     /// limit and the reserved huge pages.
-    pub fn channel_bytes(&self) -> (u64, u64) {
-        self.products().iter().fold((0u64, 0u64), |(all, shm), p| {
-            let seg = if p.segment.is_some() { p.bytes } else { 0 };
-            (all.saturating_add(p.bytes), shm.saturating_add(seg))
-        })
+    pub fn channel_sizes(&self) -> Vec<(u64, bool)> {
+        self.products()
+            .iter()
+            .map(|p| (p.bytes, p.segment.is_some()))
+            .collect()
     }
 
     /// Checks every product of sizes against `limits.max_memory` and the

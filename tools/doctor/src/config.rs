@@ -112,14 +112,18 @@ fn add_bus(opts: &mut Options, cfg: &Config) {
             max_datagram = max_datagram.max(Some(s.max_datagram));
         }
     }
-    let (channel_bytes, segment_bytes) = cfg.channel_bytes();
+    let sizes = cfg.channel_sizes();
+    let segments = || sizes.iter().filter(|(_, seg)| *seg).map(|(b, _)| *b);
+    let huge_page = mdbus::sys::hugepages::HUGE_PAGE as u64;
     opts.bus = Some(BusNeeds {
         transport: cfg.transport,
-        huge_pages: cfg.shm.huge_pages,
+        huge_page_policy: cfg.shm.huge_pages,
         hugetlbfs: cfg.shm.hugetlbfs.clone(),
         mlock: cfg.shm.mlock,
-        channel_bytes,
-        segment_bytes,
+        channel_bytes: sizes.iter().map(|(b, _)| *b).sum(),
+        segment_bytes: segments().sum(),
+        // Each segment is rounded up to whole huge pages.
+        huge_pages: segments().map(|b| b.div_ceil(huge_page)).sum(),
         port: cfg.verbs.port,
         gid_index: cfg.verbs.gid_index,
         max_datagram,

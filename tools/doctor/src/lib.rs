@@ -104,7 +104,7 @@ pub struct BusNeeds {
     /// Its transport.
     pub transport: TransportKind,
     /// Its huge-page policy (`shm.huge_pages`).
-    pub huge_pages: HugePages,
+    pub huge_page_policy: HugePages,
     /// Where hugetlbfs should be mounted (`shm.hugetlbfs`).
     pub hugetlbfs: PathBuf,
     /// Whether shared-memory segments are locked (`shm.mlock`).
@@ -113,6 +113,8 @@ pub struct BusNeeds {
     pub channel_bytes: u64,
     /// Bytes of shared-memory segments among them.
     pub segment_bytes: u64,
+    /// 2 MiB huge pages those segments take (each rounded up).
+    pub huge_pages: u64,
     /// The RDMA port (`verbs.port`).
     pub port: u8,
     /// The GID index (`verbs.gid_index`; -1: chosen from the address).

@@ -28,8 +28,8 @@ fn huge_pages(host: &Host, bus: Option<&BusNeeds>, items: &mut Vec<Item>) {
     let dir = format!("sys/kernel/mm/hugepages/hugepages-{}kB", HUGE_PAGE >> 10);
     let item = Item::start("huge_pages", "host");
     if let Some(b) = bus {
-        if !uses_shm(b) || b.huge_pages == HugePages::Off || b.segment_bytes == 0 {
-            let why = if b.huge_pages == HugePages::Off {
+        if !uses_shm(b) || b.huge_page_policy == HugePages::Off || b.segment_bytes == 0 {
+            let why = if b.huge_page_policy == HugePages::Off {
                 "shm.huge_pages = \"off\"".to_string()
             } else if !uses_shm(b) {
                 format!("transport {}", b.transport.name())
@@ -40,7 +40,7 @@ fn huge_pages(host: &Host, bus: Option<&BusNeeds>, items: &mut Vec<Item>) {
             return;
         }
     }
-    let need = bus.map(|b| b.segment_bytes.div_ceil(HUGE_PAGE));
+    let need = bus.map(|b| b.huge_pages);
     let item = item.want(match need {
         Some(n) => format!("at least {n} free 2 MiB pages for the segments, hugetlbfs mounted"),
         None => "2 MiB pages reserved".into(),
@@ -72,7 +72,7 @@ fn huge_pages(host: &Host, bus: Option<&BusNeeds>, items: &mut Vec<Item>) {
         return;
     };
     let need = need.unwrap_or(0);
-    let short = if b.huge_pages == HugePages::Require {
+    let short = if b.huge_page_policy == HugePages::Require {
         crate::Status::Fail
     } else {
         crate::Status::Warn
