@@ -227,13 +227,20 @@ fn names(text: &str, term: &str) -> bool {
     })
 }
 
-/// The IRQs of `ifname`'s device: its (or its parent's) `msi_irqs` and
-/// the `/proc/interrupts` lines naming the interface or the device.
+/// The IRQs of `ifname`'s device: its `msi_irqs` (for a virtio device,
+/// which has none, its PCI parent's; never a PCI device's parent, a bridge
+/// with IRQs of its own) and the `/proc/interrupts` lines naming the
+/// interface or the device.
 fn irqs_of(host: &Host, ifname: &str) -> Vec<u32> {
     let dev = format!("sys/class/net/{ifname}/device");
-    let mut irqs: Vec<u32> = [format!("{dev}/msi_irqs"), format!("{dev}/../msi_irqs")]
+    let msi = if host.exists(&format!("{dev}/msi_irqs")) {
+        format!("{dev}/msi_irqs")
+    } else {
+        format!("{dev}/../msi_irqs")
+    };
+    let mut irqs: Vec<u32> = host
+        .list(&msi)
         .iter()
-        .flat_map(|d| host.list(d))
         .filter_map(|n| n.parse().ok())
         .collect();
     let mut terms = vec![ifname.to_string()];

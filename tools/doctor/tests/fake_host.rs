@@ -123,6 +123,9 @@ impl Tree {
                 "            CPU0       CPU1\n 40:  10  0  PCI-MSI 1-edge  mlx5_comp0@pci:0000:3b:00.0\n 41:  0  10  PCI-MSI 2-edge  mlx5_comp1@pci:0000:3b:00.0\n 42:  0  0  PCI-MSI 3-edge  eth2-TxRx-0\n 50:  5  5  PCI-MSI 4-edge  eth20-TxRx-0\nNMI:  0  0  Non-maskable interrupts\n",
             )
             .file("proc/irq/42/smp_affinity_list", "0-1\n")
+            // The parent's (in sysfs, a PCI bridge's) IRQ is not the NIC's.
+            .file(&format!("{net}/msi_irqs/99"), "msi\n")
+            .file("proc/irq/99/smp_affinity_list", "2\n")
             .file("proc/irq/50/smp_affinity_list", "0-15\n");
         for p in 0..8 {
             let on = if p == 3 { "1\n" } else { "0\n" };
@@ -758,4 +761,31 @@ fn the_real_host_gives_one_valid_json_object() {
     assert_eq!(check_convention(&v), Ok(()));
     assert!(!v["items"].as_array().unwrap().is_empty());
     assert_eq!(code == 1, v["status"] == "fail");
+}
+
+#[test]
+fn a_virtio_nic_has_its_pci_parents_irqs() {
+    let t = Tree::tuned();
+    // virtio-net: device/ is the virtio device, its IRQs are the PCI
+    // parent's msi_irqs (and named virtioN-input.0 in /proc/interrupts).
+    t.file("sys/class/net/eth5/device/numa_node", "1\n")
+        .file("sys/class/net/eth5/msi_irqs/60", "msix\n")
+        .file("proc/irq/60/smp_affinity_list", "8-15\n");
+    let mut o = t.options(None);
+    o.interfaces.push("eth5".into());
+    let r = run(&o);
+    expect(
+        &r,
+        "irq_numa",
+        Status::Pass,
+        "node 1 (cores 8-15); all 1 IRQs on it",
+        None,
+    );
+    expect(
+        &r,
+        "irq_polling_cores",
+        Status::Pass,
+        "1 IRQs of eth5 off cpu 2-3",
+        None,
+    );
 }
