@@ -789,3 +789,43 @@ fn a_virtio_nic_has_its_pci_parents_irqs() {
         None,
     );
 }
+
+#[test]
+fn each_thp_mode_and_a_missing_governor() {
+    let t = Tree::tuned();
+    let fix = Some("echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/enabled");
+    for (mode, status, found, fix) in [
+        ("always [madvise] never", Status::Pass, "madvise", None),
+        (
+            "[always] madvise never",
+            Status::Warn,
+            "always: khugepaged",
+            fix,
+        ),
+        (
+            "always madvise [never]",
+            Status::Warn,
+            "never: the verbs pools",
+            fix,
+        ),
+    ] {
+        t.file("sys/kernel/mm/transparent_hugepage/enabled", mode);
+        expect(
+            &run(&t.options(None)),
+            "transparent_huge_pages",
+            status,
+            found,
+            fix,
+        );
+    }
+    for cpu in 0..16 {
+        t.remove(&format!("sys/devices/system/cpu/cpu{cpu}/cpufreq"));
+    }
+    expect(
+        &run(&t.options(None)),
+        "cpu_governor",
+        Status::Warn,
+        "unknown: no cpufreq/scaling_governor",
+        Some("power profile"),
+    );
+}
