@@ -646,7 +646,7 @@ impl Default for LimitsConfig {
 }
 
 /// Bytes with a readable unit: "1100585369600 bytes (1024.0 GiB)".
-fn bytes_text(n: u64) -> String {
+pub fn bytes_text(n: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let f = n as f64;
@@ -823,6 +823,18 @@ impl Config {
             out.push(p);
         }
         out
+    }
+
+    /// What each listed channel allocates on this transport, in bytes, and
+    /// whether that is a shared-memory segment: what verbs registers (and
+    /// `shm.mlock` locks), and what huge pages would back. The host
+    /// readiness check (`mdbus-doctor`) compares them with the memlock
+    /// limit and the reserved huge pages.
+    pub fn channel_sizes(&self) -> Vec<(u64, bool)> {
+        self.products()
+            .iter()
+            .map(|p| (p.bytes, p.segment.is_some()))
+            .collect()
     }
 
     /// Checks every product of sizes against `limits.max_memory` and the
