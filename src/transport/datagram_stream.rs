@@ -598,6 +598,7 @@ mod udp_tests {
             ttl: 0,
             loopback: true,
             source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
         };
         let p = DatagramPublisher::new(
             name,
