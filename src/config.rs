@@ -1268,6 +1268,44 @@ mod tests {
         );
     }
 
+    /// Every key `--print-config` writes has a row in the configuration
+    /// reference of docs/OPERATIONS.md (a row may list sibling keys:
+    /// "`streams.NAME.group`, `group_b`").
+    #[test]
+    fn the_operations_reference_lists_every_key() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md"))
+                .unwrap();
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        let mut c = Config::default();
+        c.service.core = Some(0);
+        c.streams.insert("NAME".into(), StreamConfig::default());
+        c.sessions.insert("NAME".into(), SessionConfig::default());
+        let table = toml::Table::try_from(&c).unwrap();
+        let mut keys = Vec::new();
+        fn leaves(prefix: &str, t: &toml::Table, out: &mut Vec<(String, String)>) {
+            for (k, v) in t {
+                match v {
+                    toml::Value::Table(inner) => leaves(&format!("{prefix}{k}."), inner, out),
+                    _ => out.push((prefix.to_string(), k.clone())),
+                }
+            }
+        }
+        leaves("", &table, &mut keys);
+        assert!(keys.len() > 50, "{keys:?}");
+        for (parent, key) in keys {
+            let full = format!("`{parent}{key}`");
+            let listed = rows.iter().any(|r| {
+                let cell = r.split(" | ").next().unwrap_or("");
+                cell.contains(&full)
+                    || (!parent.is_empty()
+                        && cell.contains(&format!("`{parent}"))
+                        && cell.contains(&format!(", `{key}`")))
+            });
+            assert!(listed, "docs/OPERATIONS.md has no row for {full}");
+        }
+    }
+
     #[test]
     fn a_huge_config_file_is_refused_before_it_is_parsed() {
         let path = std::env::temp_dir().join(format!("mdbus-huge-{}.toml", std::process::id()));

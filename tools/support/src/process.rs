@@ -264,6 +264,21 @@ impl Drop for Peer {
     }
 }
 
+/// Runs `program` with `args` to its end: its exit status (-1 when a
+/// signal ended it), stdout and stderr. For the tools' tests of their
+/// command lines.
+///
+/// # Errors
+/// The program cannot be started.
+pub fn output_of(program: &str, args: &[&str]) -> std::io::Result<(i32, String, String)> {
+    let out = Command::new(program).args(args).output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
 /// How a process ended, as a phrase: "exit status 3", "killed by signal 9".
 pub fn describe(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {

@@ -40,6 +40,45 @@ pub fn rdma_devices() -> Result<Vec<String>, String> {
     mdbus::transport::verbs::probe().map(|d| d.into_iter().map(|d| d.name).collect())
 }
 
+/// Checks what a tool printed for `--version`: `PROGRAM VERSION (git
+/// REVISION) rdma: ...` with this build's revision and an RDMA part that
+/// names devices or why there are none. For the tools' tests.
+///
+/// # Errors
+/// What does not match, as a sentence quoting the output.
+pub fn check_output(program: &str, version: &str, out: &str) -> Result<(), String> {
+    let head = format!("{program} {version} (git {GIT_REVISION}) rdma: ");
+    let Some(rdma) = out.strip_prefix(&head) else {
+        return Err(format!("`{out}` does not start with `{head}`"));
+    };
+    let rdma = rdma.strip_suffix('\n').unwrap_or(rdma);
+    let names_devices = rdma
+        .split_once(" device")
+        .is_some_and(|(n, rest)| n.parse::<usize>().is_ok() && rest.contains(" ("));
+    if names_devices || rdma.starts_with("not available (") || rdma.starts_with("no devices") {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{out}`: the RDMA part is neither devices nor why there are none"
+        ))
+    }
+}
+
+/// Runs the tool at `path` with `--version` and checks what it printed
+/// with [`check_output`]; `name` and `version` are the tool's. For the
+/// tools' tests.
+///
+/// # Errors
+/// It cannot be run, fails, or prints something else.
+pub fn check_program(path: &str, name: &str, version: &str) -> Result<(), String> {
+    let (code, out, err) = crate::process::output_of(path, &["--version"])
+        .map_err(|e| format!("cannot run {path}: {e}"))?;
+    if code != 0 {
+        return Err(format!("{name} --version exited with {code}: {err}"));
+    }
+    check_output(name, version, &out)
+}
+
 /// Whether the arguments ask for the version (before any `--`): only
 /// then is the RDMA library loaded, so an ordinary run does not pay for
 /// it or see its messages.
@@ -87,6 +126,21 @@ mod tests {
             line("0.1.0", "unknown", &missing),
             "0.1.0 (git unknown) rdma: not available (libibverbs.so.1 not found)"
         );
+    }
+
+    #[test]
+    fn printed_lines_are_checked() {
+        let good = format!("t 0.1.0 (git {GIT_REVISION}) rdma: 2 devices (rxe0, rxe1)\n");
+        assert_eq!(check_output("t", "0.1.0", &good), Ok(()));
+        let missing = format!(
+            "t 0.1.0 (git {GIT_REVISION}) rdma: not available (libibverbs.so.1 not found)\n"
+        );
+        assert_eq!(check_output("t", "0.1.0", &missing), Ok(()));
+        assert!(check_output("t", "0.1.0", "t 0.1.0\n").is_err());
+        let other_rev = "t 0.1.0 (git 0000000) rdma: 1 device (x)\n";
+        assert!(check_output("t", "0.1.0", other_rev).is_err() || GIT_REVISION == "0000000");
+        let no_rdma = format!("t 0.1.0 (git {GIT_REVISION}) rdma: \n");
+        assert!(check_output("t", "0.1.0", &no_rdma).is_err());
     }
 
     #[test]
