@@ -207,6 +207,19 @@ pub struct StreamConfig {
     pub retransmit_timeout: Duration,
     /// Requests for one gap before it is declared unrecoverable.
     pub retransmit_retries: u32,
+    /// Subscribers: how long every live line must have been past a
+    /// missing message before it is requested (covers reordering within a
+    /// line).
+    #[serde(with = "duration_str")]
+    pub nak_delay: Duration,
+    /// Subscribers: the longest wait for the other line to catch up before
+    /// a missing message is requested (covers the skew between lines A
+    /// and B).
+    #[serde(with = "duration_str")]
+    pub line_grace: Duration,
+    /// Subscribers: a line silent this long is not waited for.
+    #[serde(with = "duration_str")]
+    pub line_timeout: Duration,
     /// Send each message as it is committed (datagram transports). Off:
     /// messages are packed into datagrams, and on UDP full datagrams are
     /// queued (up to 32), until the publisher's `flush` or `service` is
@@ -274,6 +287,9 @@ impl Default for StreamConfig {
             heartbeat_timeout: Duration::from_secs(1),
             retransmit_timeout: Duration::from_millis(10),
             retransmit_retries: 10,
+            nak_delay: Duration::from_micros(50),
+            line_grace: Duration::from_millis(1),
+            line_timeout: Duration::from_millis(100),
             autoflush: true,
             source: String::new(),
             source_b: String::new(),
@@ -659,6 +675,12 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
                 "0 is not allowed: at least 1".into(),
             ));
         }
+    }
+    if s.line_timeout.is_zero() {
+        return Err((
+            format!("{key}.line_timeout"),
+            "0 is not allowed: give a duration such as \"100ms\"".into(),
+        ));
     }
     if !RECV_BUFFER_RANGE.contains(&s.recv_buffer) {
         return Err((
@@ -1254,6 +1276,15 @@ mod tests {
         use crate::transport::verbs::UdLinkConfig;
         assert_eq!(c.verbs.ud_recv_depth, UdLinkConfig::DEFAULT_RECV_DEPTH);
         assert_eq!(c.verbs.ud_send_depth, UdLinkConfig::DEFAULT_SEND_DEPTH);
+        let s = c.stream("x");
+        let core = crate::recovery::SubscriberConfig::new(0);
+        assert_eq!(
+            (s.nak_delay, s.line_grace, s.line_timeout),
+            (core.nak_delay, core.line_grace, core.line_timeout)
+        );
+        let e =
+            Config::from_toml_str("[streams.md]\nline_timeout = \"0s\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.md.line_timeout");
         let e = Config::from_toml_str("[verbs]\njoin_timeout = \"0s\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "verbs.join_timeout");
         let e = Config::from_toml_str("[verbs]\nud_recv_depth = 0\n", "f.toml").unwrap_err();
