@@ -610,6 +610,30 @@ impl Config {
         self.check_resources(source_name)
     }
 
+    /// Checks what the configuration names outside itself, as far as that
+    /// needs no device or socket (`--check` runs it after loading): on
+    /// `shm`, that `shm.dir` is a directory; every listed stream's key
+    /// file, read and checked as its publisher and subscribers would
+    /// (owner, mode 0600, 32 bytes). `key_prefix` goes before the keys
+    /// named in errors (`"bus."` in the relay's configuration).
+    pub fn check_files(&self, source_name: &str, key_prefix: &str) -> Result<(), ConfigError> {
+        if self.transport == TransportKind::Shm && !self.shm.dir.is_dir() {
+            return Err(ConfigError::new(
+                source_name,
+                format!("{key_prefix}shm.dir"),
+                format!("{} is not a directory", self.shm.dir.display()),
+            ));
+        }
+        #[cfg(not(loom))]
+        for (name, s) in &self.streams {
+            if !s.key_file.is_empty() {
+                let key = format!("{key_prefix}streams.{name}.key_file");
+                crate::recovery::mac::load_key(Path::new(&s.key_file), &key)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The settings of stream `name` (the defaults when it is not listed).
     pub fn stream(&self, name: &str) -> StreamConfig {
         self.streams.get(name).cloned().unwrap_or_default()
@@ -1273,15 +1297,6 @@ mod tests {
         assert_eq!(c.verbs.ud_recv_depth, 1024);
         assert_eq!(c.verbs.ud_send_depth, 256);
         assert_eq!(c.stream("x").recv_buffer, 8 << 20);
-        use crate::transport::verbs::UdLinkConfig;
-        assert_eq!(c.verbs.ud_recv_depth, UdLinkConfig::DEFAULT_RECV_DEPTH);
-        assert_eq!(c.verbs.ud_send_depth, UdLinkConfig::DEFAULT_SEND_DEPTH);
-        let s = c.stream("x");
-        let core = crate::recovery::SubscriberConfig::new(0);
-        assert_eq!(
-            (s.nak_delay, s.line_grace, s.line_timeout),
-            (core.nak_delay, core.line_grace, core.line_timeout)
-        );
         let e =
             Config::from_toml_str("[streams.md]\nline_timeout = \"0s\"\n", "f.toml").unwrap_err();
         assert_eq!(e.key, "streams.md.line_timeout");
@@ -1335,6 +1350,58 @@ mod tests {
             });
             assert!(listed, "docs/OPERATIONS.md has no row for {full}");
         }
+    }
+
+    /// The keys' defaults are the values the transports had built in.
+    #[cfg(not(loom))]
+    #[test]
+    fn key_defaults_match_the_transports_own() {
+        use crate::transport::verbs::UdLinkConfig;
+        let c = Config::default();
+        assert_eq!(c.verbs.ud_recv_depth, UdLinkConfig::DEFAULT_RECV_DEPTH);
+        assert_eq!(c.verbs.ud_send_depth, UdLinkConfig::DEFAULT_SEND_DEPTH);
+        let s = c.stream("x");
+        let core = crate::recovery::SubscriberConfig::new(0);
+        assert_eq!(
+            (s.nak_delay, s.line_grace, s.line_timeout),
+            (core.nak_delay, core.line_grace, core.line_timeout)
+        );
+    }
+
+    #[test]
+    fn file_checks_find_a_missing_directory_and_a_bad_key_file() {
+        let dir = std::env::temp_dir().join(format!("mdbus-check-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("md.key");
+        std::fs::write(&key, "00".repeat(32)).unwrap();
+        let text = |mode: &str| {
+            format!(
+                "transport = \"shm\"\n[shm]\ndir = \"{}\"\n[streams.md]\nkey_file = \"{}\"\n",
+                dir.join(mode).display(),
+                key.display()
+            )
+        };
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir.join("shm")).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let private = Config::from_toml_str(&text("shm"), "f.toml").unwrap();
+        let ok = private.check_files("f.toml", "");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = private.check_files("f.toml", "bus.").unwrap_err();
+        let missing = Config::from_toml_str(&text("none"), "f.toml").unwrap();
+        let no_dir = missing.check_files("f.toml", "").unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(ok, Ok(()));
+        assert_eq!(open.key, "bus.streams.md.key_file");
+        assert!(
+            open.message.contains("readable or writable by others"),
+            "{open}"
+        );
+        assert_eq!(no_dir.key, "shm.dir");
+        assert!(
+            no_dir.message.ends_with("none is not a directory"),
+            "{no_dir}"
+        );
     }
 
     #[test]

@@ -140,7 +140,10 @@ pub fn main() -> ExitCode {
         Command::Throughput(a) => &a.common,
         Command::Mcast(a) => &a.common,
     };
-    let (path, load) = (common.config.as_deref(), mdbus::Config::from_file);
+    let (path, load) = (
+        common.config.as_deref(),
+        mdbus_tool_support::config::load_bus,
+    );
     let defaults: fn() -> mdbus::Config = Default::default;
     if let Some(code) = common
         .config_flags

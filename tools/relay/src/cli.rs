@@ -109,7 +109,13 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli: Cli = mdbus_tool_support::version::parse();
     mdbus_tool_support::logging::init("mdbus-relay", cli.verbose);
-    let (path, load) = (cli.config.as_deref(), RelayConfig::from_file);
+    let path = cli.config.as_deref();
+    let load = |p: &'_ std::path::Path| {
+        let c = RelayConfig::from_file(p)?;
+        c.bus
+            .check_files(&p.display().to_string(), "bus.")
+            .map(|()| c)
+    };
     if let Some(code) = cli.config_flags.handle("mdbus-relay", path, load, None) {
         return code;
     }

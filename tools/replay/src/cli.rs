@@ -90,7 +90,10 @@ pub fn main() -> ExitCode {
     let cli: Cli = mdbus_tool_support::version::parse();
     cli.log.init("mdbus-replay");
     if let Command::Run(a) = &cli.command {
-        let (path, load) = (a.bus.config.as_deref(), mdbus::Config::from_file);
+        let (path, load) = (
+            a.bus.config.as_deref(),
+            mdbus_tool_support::config::load_bus,
+        );
         let defaults: fn() -> mdbus::Config = Default::default;
         if let Some(code) = a
             .bus

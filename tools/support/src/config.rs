@@ -21,8 +21,8 @@ pub struct ConfigFlags {
     /// Check the configuration (--config) and exit: everything that can be
     /// checked without opening a device or a socket (values, names,
     /// addresses, sizes against limits.max_memory and the shared-memory
-    /// file system). Prints "config OK: FILE" and exits 0, or the error
-    /// and exits 2.
+    /// file system, key files). Prints "config OK: FILE" and exits 0, or
+    /// the error and exits 2.
     #[arg(long)]
     pub check: bool,
 
@@ -112,6 +112,19 @@ impl ConfigFlags {
     }
 }
 
+/// Reads an mdbus configuration for `--check` and `--print-config`: the
+/// file's checks ([`mdbus::Config::from_file`]) and those of what it names
+/// ([`mdbus::Config::check_files`]: the shared-memory directory, key
+/// files).
+///
+/// # Errors
+/// The first thing wrong, naming the file and the key.
+pub fn load_bus(path: &Path) -> Result<mdbus::Config, mdbus::error::ConfigError> {
+    let config = mdbus::Config::from_file(path)?;
+    config.check_files(&path.display().to_string(), "")?;
+    Ok(config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,7 +137,7 @@ mod tests {
     }
 
     fn load(p: &Path) -> Result<mdbus::Config, mdbus::error::ConfigError> {
-        mdbus::Config::from_file(p)
+        load_bus(p)
     }
 
     fn file(name: &str, text: &str) -> std::path::PathBuf {

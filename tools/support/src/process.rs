@@ -155,6 +155,9 @@ impl Peer {
     /// # Errors
     /// The child exited or stopped reading.
     pub fn send_line(&mut self, line: &str) -> Result<(), PeerError> {
+        // A dead child's pipe may still take the line (another process
+        // forked meanwhile can hold its read end for a moment): ask first.
+        self.check_alive()?;
         let stdin = self.stdin.as_mut().ok_or_else(|| PeerError::Closed {
             name: self.name.clone(),
         })?;
