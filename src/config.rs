@@ -624,7 +624,6 @@ impl Config {
                 format!("{} is not a directory", self.shm.dir.display()),
             ));
         }
-        #[cfg(not(loom))]
         for (name, s) in &self.streams {
             if !s.key_file.is_empty() {
                 let key = format!("{key_prefix}streams.{name}.key_file");
@@ -1353,7 +1352,6 @@ mod tests {
     }
 
     /// The keys' defaults are the values the transports had built in.
-    #[cfg(not(loom))]
     #[test]
     fn key_defaults_match_the_transports_own() {
         use crate::transport::verbs::UdLinkConfig;
