@@ -175,17 +175,19 @@ impl Bus {
     /// The UD multicast lines (A, and B when configured) of stream `name`.
     fn ud_lines(&self, name: &str, cfg: &StreamConfig) -> Result<Vec<UdLink>> {
         let channel = format!("stream `{name}`");
-        let mut lines = vec![UdLink::join(
-            &channel,
-            &UdLinkConfig::from_stream(name, cfg, false)?,
-            &self.config.verbs,
-        )?];
+        let v = &self.config.verbs;
+        let join = |line_b| -> Result<UdLink> {
+            let link = UdLinkConfig {
+                recv_depth: v.ud_recv_depth,
+                send_depth: v.ud_send_depth,
+                join_timeout: v.join_timeout,
+                ..UdLinkConfig::from_stream(name, cfg, line_b)?
+            };
+            UdLink::join(&channel, &link, v)
+        };
+        let mut lines = vec![join(false)?];
         if !cfg.group_b.is_empty() {
-            lines.push(UdLink::join(
-                &channel,
-                &UdLinkConfig::from_stream(name, cfg, true)?,
-                &self.config.verbs,
-            )?);
+            lines.push(join(true)?);
         }
         Ok(lines)
     }

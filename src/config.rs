@@ -20,13 +20,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 use crate::wait::WaitStrategy;
 
 /// Which transport carries the bus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     /// RDMA verbs when an active device is found, otherwise shared memory.
@@ -56,21 +56,24 @@ impl TransportKind {
 }
 
 /// Whether to back segments with huge pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HugePages {
     /// Never.
     Off,
-    /// When a hugetlbfs mount with free pages exists; otherwise warn and use
-    /// normal pages.
+    /// When a hugetlbfs mount with free pages exists; otherwise use normal
+    /// pages without a warning (a debug log line says why).
     #[default]
     Try,
+    /// Huge pages are wanted: when they cannot be had, normal pages are
+    /// used and a warning is logged, once per process.
+    On,
     /// Fail when huge pages cannot be had.
     Require,
 }
 
 /// Where a subscriber starts reading when it joins a running stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LateJoin {
     /// At the next message published after the join.
@@ -81,7 +84,7 @@ pub enum LateJoin {
 }
 
 /// Shared-memory settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShmConfig {
     /// Directory of the segment files (a tmpfs).
@@ -114,7 +117,7 @@ impl Default for ShmConfig {
 }
 
 /// Thread placement and waiting.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThreadConfig {
     /// How blocking calls wait (`busy-spin`, `spin-hint`, `yield`).
@@ -127,13 +130,14 @@ pub struct ThreadConfig {
 /// The bus's service thread: it does `service()` for the bus's datagram
 /// publishers (heartbeats, retransmissions, flushes) so that applications
 /// only publish. See docs/EMBEDDING.md ("The service thread").
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
     /// Start the thread (default false: each publisher's owner calls
     /// `service()` when idle).
     pub thread: bool,
     /// Core to pin it to; none: not pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub core: Option<usize>,
     /// Time between two rounds over the publishers: the longest a
     /// retransmit request or a due heartbeat waits.
@@ -152,7 +156,7 @@ impl Default for ServiceConfig {
 }
 
 /// One stream: one publisher, many subscribers.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamConfig {
     /// Largest message in bytes. Fixes the slot size of the ring.
@@ -182,6 +186,11 @@ pub struct StreamConfig {
     pub interface_b: String,
     /// Multicast time-to-live (router hops).
     pub ttl: u32,
+    /// udp: receive buffer asked of the kernel for each of the line's
+    /// sockets (`SO_RCVBUF`), in bytes, so a burst survives a poller that
+    /// was descheduled for a moment. Granted beyond `net.core.rmem_max`
+    /// only with CAP_NET_ADMIN (`SO_RCVBUFFORCE`), else capped there.
+    pub recv_buffer: usize,
     /// Deliver multicast to subscribers on the publishing host too.
     pub loopback: bool,
     /// Largest datagram payload in bytes; messages are packed up to it and
@@ -198,6 +207,19 @@ pub struct StreamConfig {
     pub retransmit_timeout: Duration,
     /// Requests for one gap before it is declared unrecoverable.
     pub retransmit_retries: u32,
+    /// Subscribers: how long every live line must have been past a
+    /// missing message before it is requested (covers reordering within a
+    /// line).
+    #[serde(with = "duration_str")]
+    pub nak_delay: Duration,
+    /// Subscribers: the longest wait for the other line to catch up before
+    /// a missing message is requested (covers the skew between lines A
+    /// and B).
+    #[serde(with = "duration_str")]
+    pub line_grace: Duration,
+    /// Subscribers: a line silent this long is not waited for.
+    #[serde(with = "duration_str")]
+    pub line_timeout: Duration,
     /// Send each message as it is committed (datagram transports). Off:
     /// messages are packed into datagrams, and on UDP full datagrams are
     /// queued (up to 32), until the publisher's `flush` or `service` is
@@ -258,12 +280,16 @@ impl Default for StreamConfig {
             group_b: String::new(),
             interface_b: String::new(),
             ttl: 1,
+            recv_buffer: DEFAULT_RECV_BUFFER,
             loopback: true,
             max_datagram: 1472,
             heartbeat_interval: Duration::from_millis(100),
             heartbeat_timeout: Duration::from_secs(1),
             retransmit_timeout: Duration::from_millis(10),
             retransmit_retries: 10,
+            nak_delay: Duration::from_micros(50),
+            line_grace: Duration::from_millis(1),
+            line_timeout: Duration::from_millis(100),
             autoflush: true,
             source: String::new(),
             source_b: String::new(),
@@ -279,8 +305,28 @@ impl Default for StreamConfig {
     }
 }
 
+/// Default of `streams.NAME.recv_buffer`: 8 MiB.
+pub const DEFAULT_RECV_BUFFER: usize = 8 << 20;
+/// Allowed `streams.NAME.recv_buffer`: 64 KiB to 1 GiB.
+const RECV_BUFFER_RANGE: std::ops::RangeInclusive<usize> = 64 << 10..=1 << 30;
+/// Largest `verbs.ud_recv_depth` and `verbs.ud_send_depth` accepted (the
+/// device's own limit is checked when a line is created).
+pub const MAX_UD_DEPTH: u32 = 1 << 16;
+
+/// A key that was removed: it takes any value, so that a configuration
+/// still setting it is told what replaced it rather than "unknown field".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedKey;
+
+impl<'de> Deserialize<'de> for RemovedKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(RemovedKey)
+    }
+}
+
 /// One session: two peers, reliable and ordered both ways.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionConfig {
     /// Largest message in bytes.
@@ -315,7 +361,7 @@ impl Default for SessionConfig {
 }
 
 /// RDMA verbs settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VerbsConfig {
     /// Device name, e.g. `"mlx5_0"` or `"rxe0"`; empty: the first device
@@ -323,9 +369,24 @@ pub struct VerbsConfig {
     pub device: String,
     /// Port number on the device.
     pub port: u8,
-    /// GID table index (RoCE v2 with an IPv4 address is usually 1 or 3);
-    /// -1: let rdma_cm choose from the bound address.
-    pub gid_index: i32,
+    /// Removed: rdma_cm takes the GID of the address a channel binds, so
+    /// an index here could only contradict it. Present only so that a
+    /// configuration that still sets it gets an error saying what to do
+    /// instead (see [`Config::validate`]).
+    #[doc(hidden)]
+    #[serde(default, skip_serializing)]
+    pub gid_index: Option<RemovedKey>,
+    /// How long resolving a multicast group's address and joining it may
+    /// take (UD streams) before the stream fails with a timeout.
+    #[serde(with = "duration_str")]
+    pub join_timeout: Duration,
+    /// Receive buffers each UD multicast line keeps posted: how large a
+    /// burst survives a subscriber that is not polling (beyond it the
+    /// device drops, and loss recovery fetches the datagrams again).
+    pub ud_recv_depth: u32,
+    /// Send queue entries of each UD multicast line: datagrams in flight
+    /// before the publisher waits for completions.
+    pub ud_send_depth: u32,
     /// Send messages inline (copied into the work request) when they fit.
     pub inline: bool,
     /// Inline limit requested at QP creation; the device may grant less,
@@ -355,6 +416,39 @@ pub struct VerbsConfig {
 }
 
 impl VerbsConfig {
+    /// Checks the keys of UD multicast lines, and that the removed
+    /// `gid_index` is not set: the key and why.
+    pub fn check_ud(&self) -> Result<(), (String, String)> {
+        if self.gid_index.is_some() {
+            return Err((
+                "verbs.gid_index".into(),
+                "was removed: rdma_cm uses the GID of the address a channel binds; remove the key and \
+set that address instead (streams.NAME.interface, sessions.NAME.address), the IPv4 address \
+of the GID wanted (`cat /sys/class/infiniband/DEV/ports/1/gids/N`; mdbus-perf and \
+mdbus-replay take --gid-index N to bind it)"
+                    .into(),
+            ));
+        }
+        if self.join_timeout.is_zero() {
+            return Err((
+                "verbs.join_timeout".into(),
+                "0 is not allowed: give a duration such as \"5s\"".into(),
+            ));
+        }
+        for (key, v) in [
+            ("verbs.ud_recv_depth", self.ud_recv_depth),
+            ("verbs.ud_send_depth", self.ud_send_depth),
+        ] {
+            if !(1..=MAX_UD_DEPTH).contains(&v) {
+                return Err((
+                    key.into(),
+                    format!("{v} is out of range: allowed 1 to {MAX_UD_DEPTH}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the failure-detection and admission keys: the key and why.
     pub fn check_liveness(&self) -> Result<(), (String, String)> {
         if self.keepalive_interval.is_zero() {
@@ -389,7 +483,10 @@ impl Default for VerbsConfig {
         VerbsConfig {
             device: String::new(),
             port: 1,
-            gid_index: -1,
+            gid_index: None,
+            join_timeout: Duration::from_secs(5),
+            ud_recv_depth: 1024,
+            ud_send_depth: 256,
             inline: true,
             max_inline: 64,
             signal_every: 16,
@@ -402,7 +499,7 @@ impl Default for VerbsConfig {
 }
 
 /// The whole configuration of a bus.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Transport for every channel of this bus.
@@ -500,6 +597,7 @@ impl Config {
             return Err(err(key.into(), "0 is not allowed: at least 1".into()));
         }
         self.verbs.check_liveness().map_err(|(k, m)| err(k, m))?;
+        self.verbs.check_ud().map_err(|(k, m)| err(k, m))?;
         if crate::names::check(&self.shm.prefix).is_err() {
             return Err(err("shm.prefix".into(), NAME_RULE.into()));
         }
@@ -510,6 +608,29 @@ impl Config {
             ));
         }
         self.check_resources(source_name)
+    }
+
+    /// Checks what the configuration names outside itself, as far as that
+    /// needs no device or socket (`--check` runs it after loading): on
+    /// `shm`, that `shm.dir` is a directory; every listed stream's key
+    /// file, read and checked as its publisher and subscribers would
+    /// (owner, mode 0600, 32 bytes). `key_prefix` goes before the keys
+    /// named in errors (`"bus."` in the relay's configuration).
+    pub fn check_files(&self, source_name: &str, key_prefix: &str) -> Result<(), ConfigError> {
+        if self.transport == TransportKind::Shm && !self.shm.dir.is_dir() {
+            return Err(ConfigError::new(
+                source_name,
+                format!("{key_prefix}shm.dir"),
+                format!("{} is not a directory", self.shm.dir.display()),
+            ));
+        }
+        for (name, s) in &self.streams {
+            if !s.key_file.is_empty() {
+                let key = format!("{key_prefix}streams.{name}.key_file");
+                crate::recovery::mac::load_key(Path::new(&s.key_file), &key)?;
+            }
+        }
+        Ok(())
     }
 
     /// The settings of stream `name` (the defaults when it is not listed).
@@ -578,6 +699,23 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
             ));
         }
     }
+    if s.line_timeout.is_zero() {
+        return Err((
+            format!("{key}.line_timeout"),
+            "0 is not allowed: give a duration such as \"100ms\"".into(),
+        ));
+    }
+    if !RECV_BUFFER_RANGE.contains(&s.recv_buffer) {
+        return Err((
+            format!("{key}.recv_buffer"),
+            format!(
+                "{} is out of range: allowed {} to {} bytes",
+                s.recv_buffer,
+                RECV_BUFFER_RANGE.start(),
+                RECV_BUFFER_RANGE.end()
+            ),
+        ));
+    }
     if !(64..=65_000).contains(&s.max_datagram) {
         return Err((
             format!("{key}.max_datagram"),
@@ -625,7 +763,7 @@ fn check_common(
 // space of the file system the segments go to, before anything is created.
 
 /// Resource limits.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Most bytes the rings, buffers and windows of the listed channels may
@@ -948,6 +1086,39 @@ pub mod duration_str {
         let s = String::deserialize(d)?;
         parse(&s).map_err(serde::de::Error::custom)
     }
+
+    /// A duration as [`parse`] reads it back exactly: a whole number of
+    /// the largest unit that divides it (`1500ms`, `5s`, `2m`, `0s`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mdbus::config::duration_str::{format, parse};
+    /// assert_eq!(format(Duration::from_millis(1500)), "1500ms");
+    /// assert_eq!(parse(&format(Duration::from_nanos(7))), Ok(Duration::from_nanos(7)));
+    /// ```
+    pub fn format(d: Duration) -> String {
+        let ns = d.as_nanos();
+        if ns == 0 {
+            return "0s".into();
+        }
+        const UNITS: [(u128, &str); 5] = [
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+            (1, "ns"),
+        ];
+        let (div, unit) = UNITS
+            .into_iter()
+            .find(|(div, _)| ns % div == 0)
+            .unwrap_or((1, "ns"));
+        format!("{}{unit}", ns / div)
+    }
+
+    /// Serde adapter: writes [`format`].
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(*d))
+    }
 }
 
 /// Largest configuration file read: a configuration is a few kilobytes;
@@ -1045,6 +1216,202 @@ mod tests {
         assert_eq!(s.max_message, 64);
         assert!(s.timestamps);
         assert_eq!(s.capacity, StreamConfig::default().capacity);
+    }
+
+    /// What `--print-config` prints parses back to the same configuration.
+    fn round_trip(c: &Config) {
+        let text = toml::to_string_pretty(c).unwrap();
+        let back =
+            Config::from_toml_str(&text, "<printed>").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(&back, c, "{text}");
+    }
+
+    #[test]
+    fn printed_config_parses_back_equal() {
+        round_trip(&Config::default());
+        let c = Config::from_toml_str(
+            r#"
+            transport = "udp"
+            [shm]
+            huge_pages = "on"
+            attach_timeout = "1500ms"
+            [service]
+            thread = true
+            core = 3
+            interval = "250us"
+            [verbs]
+            join_timeout = "2m"
+            ud_recv_depth = 4096
+            keepalive_timeout = "7s"
+            allow_peers = ["10.0.0.2"]
+            [streams.md]
+            group = "239.1.1.1:5000"
+            recv_buffer = 33554432
+            heartbeat_timeout = "90ns"
+            [sessions.orders]
+            address = "10.0.0.1:7000"
+            connect_timeout = "1m"
+            "#,
+            "<t>",
+        )
+        .unwrap();
+        assert_eq!(c.verbs.join_timeout, Duration::from_secs(120));
+        assert_eq!(c.shm.huge_pages, HugePages::On);
+        round_trip(&c);
+        let text = toml::to_string_pretty(&c).unwrap();
+        // Every default is written out, durations in the form they are read.
+        for line in [
+            "attach_timeout = \"1500ms\"",
+            "interval = \"250us\"",
+            "join_timeout = \"2m\"",
+            "ud_send_depth = 256",
+            "heartbeat_interval = \"100ms\"",
+            "heartbeat_timeout = \"90ns\"",
+            "recv_buffer = 33554432",
+            "max_memory = 8589934592",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("gid_index"), "{text}");
+    }
+
+    #[test]
+    fn durations_are_written_in_their_largest_exact_unit() {
+        use duration_str::format;
+        assert_eq!(format(Duration::ZERO), "0s");
+        assert_eq!(format(Duration::from_secs(5)), "5s");
+        assert_eq!(format(Duration::from_secs(180)), "3m");
+        assert_eq!(format(Duration::from_secs(90)), "90s");
+        assert_eq!(format(Duration::from_micros(1001)), "1001us");
+        assert_eq!(format(Duration::new(1, 1)), "1000000001ns");
+    }
+
+    #[test]
+    fn the_removed_gid_index_says_what_replaced_it() {
+        for value in ["3", "-1", "\"1\""] {
+            let e = Config::from_toml_str(&format!("[verbs]\ngid_index = {value}\n"), "f.toml")
+                .unwrap_err();
+            assert_eq!(e.key, "verbs.gid_index");
+            assert!(
+                e.message
+                    .starts_with("was removed: rdma_cm uses the GID of the address"),
+                "{e}"
+            );
+            assert!(e.message.contains("streams.NAME.interface"), "{e}");
+        }
+    }
+
+    #[test]
+    fn transport_timeouts_and_buffers_are_keys_with_the_old_defaults() {
+        let c = Config::default();
+        assert_eq!(c.verbs.join_timeout, Duration::from_secs(5));
+        assert_eq!(c.verbs.ud_recv_depth, 1024);
+        assert_eq!(c.verbs.ud_send_depth, 256);
+        assert_eq!(c.stream("x").recv_buffer, 8 << 20);
+        let e =
+            Config::from_toml_str("[streams.md]\nline_timeout = \"0s\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.md.line_timeout");
+        let e = Config::from_toml_str("[verbs]\njoin_timeout = \"0s\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "verbs.join_timeout");
+        let e = Config::from_toml_str("[verbs]\nud_recv_depth = 0\n", "f.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.toml: verbs.ud_recv_depth: 0 is out of range: allowed 1 to 65536"
+        );
+        let e = Config::from_toml_str("[streams.md]\nrecv_buffer = 1000\n", "f.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.toml: streams.md.recv_buffer: 1000 is out of range: allowed 65536 to 1073741824 bytes"
+        );
+    }
+
+    /// Every key `--print-config` writes has a row in the configuration
+    /// reference of docs/OPERATIONS.md (a row may list sibling keys:
+    /// "`streams.NAME.group`, `group_b`").
+    #[test]
+    fn the_operations_reference_lists_every_key() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/OPERATIONS.md"))
+                .unwrap();
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        let mut c = Config::default();
+        c.service.core = Some(0);
+        c.streams.insert("NAME".into(), StreamConfig::default());
+        c.sessions.insert("NAME".into(), SessionConfig::default());
+        let table = toml::Table::try_from(&c).unwrap();
+        let mut keys = Vec::new();
+        fn leaves(prefix: &str, t: &toml::Table, out: &mut Vec<(String, String)>) {
+            for (k, v) in t {
+                match v {
+                    toml::Value::Table(inner) => leaves(&format!("{prefix}{k}."), inner, out),
+                    _ => out.push((prefix.to_string(), k.clone())),
+                }
+            }
+        }
+        leaves("", &table, &mut keys);
+        assert!(keys.len() > 50, "{keys:?}");
+        for (parent, key) in keys {
+            let full = format!("`{parent}{key}`");
+            let listed = rows.iter().any(|r| {
+                let cell = r.split(" | ").next().unwrap_or("");
+                cell.contains(&full)
+                    || (!parent.is_empty()
+                        && cell.contains(&format!("`{parent}"))
+                        && cell.contains(&format!(", `{key}`")))
+            });
+            assert!(listed, "docs/OPERATIONS.md has no row for {full}");
+        }
+    }
+
+    /// The keys' defaults are the values the transports had built in.
+    #[test]
+    fn key_defaults_match_the_transports_own() {
+        use crate::transport::verbs::UdLinkConfig;
+        let c = Config::default();
+        assert_eq!(c.verbs.ud_recv_depth, UdLinkConfig::DEFAULT_RECV_DEPTH);
+        assert_eq!(c.verbs.ud_send_depth, UdLinkConfig::DEFAULT_SEND_DEPTH);
+        let s = c.stream("x");
+        let core = crate::recovery::SubscriberConfig::new(0);
+        assert_eq!(
+            (s.nak_delay, s.line_grace, s.line_timeout),
+            (core.nak_delay, core.line_grace, core.line_timeout)
+        );
+    }
+
+    #[test]
+    fn file_checks_find_a_missing_directory_and_a_bad_key_file() {
+        let dir = std::env::temp_dir().join(format!("mdbus-check-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("md.key");
+        std::fs::write(&key, "00".repeat(32)).unwrap();
+        let text = |mode: &str| {
+            format!(
+                "transport = \"shm\"\n[shm]\ndir = \"{}\"\n[streams.md]\nkey_file = \"{}\"\n",
+                dir.join(mode).display(),
+                key.display()
+            )
+        };
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir.join("shm")).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let private = Config::from_toml_str(&text("shm"), "f.toml").unwrap();
+        let ok = private.check_files("f.toml", "");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = private.check_files("f.toml", "bus.").unwrap_err();
+        let missing = Config::from_toml_str(&text("none"), "f.toml").unwrap();
+        let no_dir = missing.check_files("f.toml", "").unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(ok, Ok(()));
+        assert_eq!(open.key, "bus.streams.md.key_file");
+        assert!(
+            open.message.contains("readable or writable by others"),
+            "{open}"
+        );
+        assert_eq!(no_dir.key, "shm.dir");
+        assert!(
+            no_dir.message.ends_with("none is not a directory"),
+            "{no_dir}"
+        );
     }
 
     #[test]

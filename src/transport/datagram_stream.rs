@@ -334,6 +334,9 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             // within 16 MiB.
             reassembly_buffers: ((16usize << 20) / cfg.max_message.max(1)).clamp(4, 256),
             late_join: cfg.late_join,
+            nak_delay: cfg.nak_delay,
+            line_grace: cfg.line_grace,
+            line_timeout: cfg.line_timeout,
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
             publisher_timeout: cfg.heartbeat_timeout,
@@ -598,6 +601,7 @@ mod udp_tests {
             ttl: 0,
             loopback: true,
             source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
         };
         let p = DatagramPublisher::new(
             name,

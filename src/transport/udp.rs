@@ -34,6 +34,8 @@ pub struct LineAddr {
     /// sending socket, and the only source a subscriber accepts. `None`:
     /// an ephemeral port, and subscribers bind to the first source seen.
     pub source: Option<SocketAddrV4>,
+    /// Receive buffer asked for each socket (`SO_RCVBUF`), in bytes.
+    pub recv_buffer: usize,
 }
 
 /// The lines (A, and B when configured) of stream `name`, for a publisher
@@ -69,6 +71,7 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
             },
             ttl: cfg.ttl,
             loopback: cfg.loopback,
+            recv_buffer: cfg.recv_buffer,
             source: if source.is_empty() {
                 None
             } else {
@@ -92,8 +95,6 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
 const BATCH: usize = 32;
 /// Largest UDP payload accepted into a receive buffer.
 const RX_SLOT: usize = 65_536;
-/// Receive buffer asked of the kernel, so bursts survive a busy poller.
-const SO_RCVBUF_BYTES: usize = 8 << 20;
 
 /// Preallocated `recvmmsg` state for one socket.
 struct RxBatch {
@@ -238,8 +239,10 @@ impl TxBatch {
 /// Asks for a large receive buffer, so bursts survive a poller that was
 /// descheduled for a moment: beyond `net.core.rmem_max` when the process may
 /// (`SO_RCVBUFFORCE` needs CAP_NET_ADMIN), else as much as the limit allows.
-fn raise_recv_buffer(channel: &str, s: &Socket) {
-    let bytes = SO_RCVBUF_BYTES as libc::c_int;
+/// The size is `streams.NAME.recv_buffer`.
+fn raise_recv_buffer(channel: &str, s: &Socket, size: usize) {
+    // The configuration caps it at 1 GiB.
+    let bytes = size.min(libc::c_int::MAX as usize) as libc::c_int;
     // SAFETY: a valid socket, an int option value of the right size.
     let forced = unsafe {
         libc::setsockopt(
@@ -251,7 +254,7 @@ fn raise_recv_buffer(channel: &str, s: &Socket) {
         )
     } == 0;
     if !forced {
-        if let Err(e) = s.set_recv_buffer_size(SO_RCVBUF_BYTES) {
+        if let Err(e) = s.set_recv_buffer_size(size) {
             log::warn!("{channel}: cannot raise the receive buffer: {e}");
         }
     }
@@ -320,7 +323,7 @@ impl UdpLink {
             .map_err(what("set multicast loopback", channel.to_string()))?;
         uni.set_nonblocking(true)
             .map_err(what("configure", channel.to_string()))?;
-        raise_recv_buffer(channel, &uni);
+        raise_recv_buffer(channel, &uni, line.recv_buffer);
         let group_rx = if join {
             let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
                 .map_err(what("open a UDP socket for", channel.to_string()))?;
@@ -337,7 +340,7 @@ impl UdpLink {
                 ))?;
             s.set_multicast_all_v4(false)
                 .map_err(what("configure", channel.to_string()))?;
-            raise_recv_buffer(channel, &s);
+            raise_recv_buffer(channel, &s, line.recv_buffer);
             s.set_nonblocking(true)
                 .map_err(what("configure", channel.to_string()))?;
             Some(s)
@@ -496,6 +499,7 @@ mod tests {
             ttl: 0,
             loopback: true,
             source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
         };
         let mut p = UdpLink::publisher("stream `t`", &line, 1472).unwrap();
         let mut s1 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
@@ -547,6 +551,7 @@ mod tests {
             ttl: 0,
             loopback: true,
             source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
         };
         let mut p = UdpLink::publisher("stream `b`", &line, 1472).unwrap();
         let mut s = UdpLink::subscriber("stream `b`", &line, 1472).unwrap();

@@ -26,7 +26,7 @@ use crate::sys::hugepages;
 use crate::sys::leftovers::Format;
 use crate::sys::map::{Access, Mapping};
 use crate::sys::process::Creator;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 // The liveness helpers moved to `crate::sys::process`; re-exported for the
 // endpoints that call them through this module.
@@ -174,6 +174,35 @@ impl From<OpenError> for Error {
     }
 }
 
+/// How a fallback to normal pages was logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Noted {
+    /// A debug line only: the default `try` falls back silently.
+    Debug,
+    /// The warning: huge pages were asked for (`on`) and this is the
+    /// process's first fallback.
+    Warned,
+}
+
+/// Logs that a segment gets normal pages because `why`: a warning once per
+/// process (`warned` remembers it) when `huge_pages = "on"` asked for them,
+/// otherwise a debug line, since every segment would say the same.
+pub(crate) fn note_no_huge_pages(
+    policy: HugePages,
+    warned: &AtomicBool,
+    channel: &str,
+    why: &str,
+) -> Noted {
+    if policy == HugePages::On && !warned.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "{channel}: huge pages not used: {why}; using normal pages (shm.huge_pages = \"on\"; said once)"
+        );
+        return Noted::Warned;
+    }
+    log::debug!("{channel}: huge pages not used: {why}; using normal pages");
+    Noted::Debug
+}
+
 impl Segment {
     /// Creates the segment of `name`, reclaiming a stale one left by a dead
     /// creator; fails with [`Error::InUse`] when a live process owns it,
@@ -199,11 +228,8 @@ impl Segment {
                     });
                 }
                 Err(why) => {
-                    // Once per process: every segment would say the same.
-                    static WARNED: std::sync::Once = std::sync::Once::new();
-                    WARNED.call_once(|| {
-                        log::warn!("{channel}: huge pages not used: {why}; using normal pages")
-                    });
+                    static WARNED: AtomicBool = AtomicBool::new(false);
+                    note_no_huge_pages(cfg.huge_pages, &WARNED, &channel, &why);
                 }
             }
         }
@@ -520,6 +546,28 @@ pub fn decode_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_pages_fallback_is_silent_under_try_and_warned_once_under_on() {
+        let warned = AtomicBool::new(false);
+        // The default: never a warning, however many segments fall back.
+        for _ in 0..3 {
+            assert_eq!(
+                note_no_huge_pages(HugePages::Try, &warned, "stream `a`", "no mount"),
+                Noted::Debug
+            );
+        }
+        assert!(!warned.load(Ordering::Relaxed));
+        // Asked for: the first fallback warns, the next ones do not.
+        let noted: Vec<Noted> = (0..3)
+            .map(|_| note_no_huge_pages(HugePages::On, &warned, "stream `b`", "no mount"))
+            .collect();
+        assert_eq!(noted, [Noted::Warned, Noted::Debug, Noted::Debug]);
+        assert_eq!(
+            note_no_huge_pages(HugePages::Try, &warned, "stream `c`", "no mount"),
+            Noted::Debug
+        );
+    }
 
     fn fields() -> HeaderFields {
         HeaderFields {

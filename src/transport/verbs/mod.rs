@@ -59,20 +59,14 @@ pub(crate) fn lib() -> Result<Lib> {
     Ok(Lib { verbs, cm })
 }
 
-/// Logs the settings rdma_cm overrides: the device and GID follow from the
-/// address a handle binds, not from `verbs.device` and `verbs.gid_index`.
+/// Logs the setting rdma_cm overrides: the device (and GID) follow from
+/// the address a handle binds, not from `verbs.device`.
 pub(crate) fn note_overrides(channel: &str, cfg: &crate::config::VerbsConfig, device: &str) {
     if !cfg.device.is_empty() && cfg.device != device {
         log::warn!(
             "{channel}: runs on {device}, the device of its address, not on verbs.device {}; give an address of {} to use it",
             cfg.device,
             cfg.device
-        );
-    }
-    if cfg.gid_index >= 0 {
-        log::warn!(
-            "{channel}: verbs.gid_index {} is not used: rdma_cm takes the GID of the address",
-            cfg.gid_index
         );
     }
 }

@@ -91,16 +91,17 @@ pub struct UdLinkConfig {
 }
 
 impl UdLinkConfig {
-    /// Receive buffers by default.
+    /// Receive buffers by default (`verbs.ud_recv_depth`'s default).
     pub const DEFAULT_RECV_DEPTH: u32 = 1024;
-    /// Send queue entries by default.
+    /// Send queue entries by default (`verbs.ud_send_depth`'s default).
     pub const DEFAULT_SEND_DEPTH: u32 = 256;
     /// Address handles cached by default.
     pub const DEFAULT_PEER_CACHE: usize = 32;
 
     /// Line A (or B, with `line_b`) of stream `name`: its `group` and
     /// `interface` (or `group_b`, `interface_b`) and `max_datagram`, with
-    /// default depths.
+    /// the default depths and join timeout (a bus sets its `verbs` keys'
+    /// over them).
     pub fn from_stream(name: &str, s: &StreamConfig, line_b: bool) -> Result<UdLinkConfig> {
         let (key, group, interface) = if line_b {
             ("group_b", &s.group_b, &s.interface_b)
@@ -135,7 +136,7 @@ impl UdLinkConfig {
             recv_depth: Self::DEFAULT_RECV_DEPTH,
             send_depth: Self::DEFAULT_SEND_DEPTH,
             peer_cache: Self::DEFAULT_PEER_CACHE,
-            join_timeout: Duration::from_secs(5),
+            join_timeout: VerbsConfig::default().join_timeout,
         })
     }
 }

@@ -114,6 +114,10 @@ pub struct Common {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// --check and --print-config.
+    #[command(flatten)]
+    pub config_flags: mdbus_tool_support::config::ConfigFlags,
+
     /// Seconds to wait for the peer to appear, and the longest a running
     /// measurement may go without progress before it is abandoned.
     #[arg(long, default_value_t = 10, value_name = "SECS",

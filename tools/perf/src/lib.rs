@@ -155,8 +155,24 @@ enum Command {
 
 /// The program: parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = mdbus_tool_support::version::parse();
     cli.log.init("mdbus-perf");
+    let common = match &cli.command {
+        Command::Pingpong(a) => &a.common,
+        Command::Throughput(a) => &a.common,
+        Command::Mcast(a) => &a.common,
+    };
+    let (path, load) = (
+        common.config.as_deref(),
+        mdbus_tool_support::config::load_bus,
+    );
+    let defaults: fn() -> mdbus::Config = Default::default;
+    if let Some(code) = common
+        .config_flags
+        .handle("mdbus-perf", path, load, Some(defaults))
+    {
+        return code;
+    }
     let (role, result) = match &cli.command {
         Command::Pingpong(args) => (args.role_name(), pingpong::run(args).map(|()| 0)),
         Command::Throughput(args) => (args.role_name(), throughput::run(args)),

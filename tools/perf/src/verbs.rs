@@ -106,13 +106,9 @@ fn bind_address(
         Some(d) => d.to_string(),
         None => device_in_use(v)?,
     };
-    device_ipv4(&device, v.port, gid_index(common, v))
-}
-
-/// The GID whose address is bound: --gid-index, else the file's
-/// `verbs.gid_index` (-1: the first IPv4-mapped one).
-fn gid_index(common: &Common, v: &VerbsConfig) -> i32 {
-    common.gid_index.unwrap_or(v.gid_index)
+    // The GID whose address is bound: --gid-index, else the first
+    // IPv4-mapped one (-1).
+    device_ipv4(&device, v.port, common.gid_index.unwrap_or(-1))
 }
 
 /// Sets up session `s` on verbs: its address, from --address, else the

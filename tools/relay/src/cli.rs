@@ -54,6 +54,10 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// --check and --print-config.
+    #[command(flatten)]
+    pub config_flags: mdbus_tool_support::config::ConfigFlags,
+
     /// Run the built-in demonstration: exchange simulator, relay and a
     /// printing subscriber in this process, on loopback multicast and
     /// shared memory.
@@ -112,8 +116,18 @@ pub enum Command {
 
 /// The program: parses the command line and runs.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = mdbus_tool_support::version::parse();
     mdbus_tool_support::logging::init("mdbus-relay", cli.verbose);
+    let path = cli.config.as_deref();
+    let load = |p: &'_ std::path::Path| {
+        let c = RelayConfig::from_file(p)?;
+        c.bus
+            .check_files(&p.display().to_string(), "bus.")
+            .map(|()| c)
+    };
+    if let Some(code) = cli.config_flags.handle("mdbus-relay", path, load, None) {
+        return code;
+    }
     if let Some(Command::Simulate(args)) = &cli.command {
         return mdbus_exchange::run_simulate(args);
     }

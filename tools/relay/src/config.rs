@@ -19,12 +19,12 @@ use mdbus::{Config, TransportKind};
 use mdbus_feed::alpha::Stock;
 use mdbus_feed::moldudp64::Session;
 use mdbus_tool_support::duration as duration_str;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::payload;
 
 /// The whole relay configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelayConfig {
     /// Where the feed comes from.
@@ -60,7 +60,7 @@ fn default_bus() -> Config {
 }
 
 /// What kind of input feeds the relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InputKind {
     /// MoldUDP64 over UDP multicast, lines A and B, live.
@@ -83,7 +83,7 @@ impl InputKind {
 }
 
 /// How a file input is paced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pace {
     /// As fast as the relay can go.
@@ -95,7 +95,7 @@ pub enum Pace {
 }
 
 /// `[input]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InputConfig {
     /// `moldudp64`, `binaryfile` or `pcap`.
@@ -156,7 +156,7 @@ impl Default for InputConfig {
 }
 
 /// `[input.arbiter]`: A/B arbitration and gap recovery.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ArbiterSettings {
     /// Bytes kept for packets that arrive ahead of a gap.
@@ -209,7 +209,7 @@ impl Default for ArbiterSettings {
 }
 
 /// How symbols are assigned to streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RoutingMode {
     /// Each `[[routing.streams]]` lists its symbols and symbol ranges.
@@ -220,7 +220,7 @@ pub enum RoutingMode {
 }
 
 /// Where system-wide messages go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SystemRoute {
     /// To every stream.
@@ -232,7 +232,7 @@ pub enum SystemRoute {
 
 /// What happens to a message whose stock locate no Stock Directory
 /// message has named (and that carries no symbol to learn it from).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownRoute {
     /// To the control stream.
@@ -243,7 +243,7 @@ pub enum UnknownRoute {
 }
 
 /// `[routing]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoutingConfig {
     /// `lists` or `hash`.
@@ -282,7 +282,7 @@ impl Default for RoutingConfig {
 }
 
 /// One `[[routing.streams]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamRoute {
     /// The stream's name on the bus.
@@ -298,7 +298,7 @@ pub struct StreamRoute {
 }
 
 /// `[passthrough]`: MoldUDP64 out, for consumers that speak it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PassthroughConfig {
     /// Re-publish the arbitrated feed as MoldUDP64.
@@ -334,7 +334,7 @@ impl Default for PassthroughConfig {
 }
 
 /// `[counters]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CountersConfig {
     /// The counters file `mdbus-stat` reads; empty: none.
@@ -360,7 +360,7 @@ impl Default for CountersConfig {
 /// `[record]`: every message the relay routes, in sequence order, with the
 /// arrival time of its datagram and its MoldUDP64 sequence number, written
 /// to an `.mdcap` file that `mdbus-replay run` replays.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecordConfig {
     /// The `.mdcap` file to write (replaced if it exists); empty: no
@@ -370,7 +370,7 @@ pub struct RecordConfig {
 }
 
 /// `[output]`: the end of the published streams.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutputConfig {
     /// When the input ends (end of file, or end of session with
@@ -390,7 +390,7 @@ impl Default for OutputConfig {
 }
 
 /// `[thread]`: the polling thread.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThreadConfig {
     /// Pin the polling thread.

@@ -91,8 +91,22 @@ enum Command {
 /// Parses the command line, runs the command, and returns the exit
 /// status.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = mdbus_tool_support::version::parse();
     cli.log.init("mdbus-replay");
+    if let Command::Run(a) = &cli.command {
+        let (path, load) = (
+            a.bus.config.as_deref(),
+            mdbus_tool_support::config::load_bus,
+        );
+        let defaults: fn() -> mdbus::Config = Default::default;
+        if let Some(code) = a
+            .bus
+            .config_flags
+            .handle("mdbus-replay", path, load, Some(defaults))
+        {
+            return code;
+        }
+    }
     let result = match &cli.command {
         Command::Synth(a) => synth::run(a).map(|r| {
             if a.json {

@@ -48,6 +48,8 @@ pub struct RunArgs {
     /// The capture to replay: pcap or pcapng of MoldUDP64, mdcap, or an
     /// ITCH 5.0 BinaryFILE (recognised by content), from a file, a FIFO,
     /// or - for standard input (read once, never reopened).
+    #[arg(default_value = "-", hide_default_value = true,
+          required_unless_present_any = ["check", "print_config"])]
     pub input: PathBuf,
 
     /// The bus: transport, stream and placement.
@@ -62,7 +64,8 @@ pub struct RunArgs {
 
     /// Directory for latency.hlog, latency.hgrm, percentiles.svg,
     /// timeline.svg and the subscribers' own logs (created if missing).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", default_value = ".", hide_default_value = true,
+          required_unless_present_any = ["check", "print_config"])]
     pub out: PathBuf,
 
     /// Print one JSON object instead of the table.

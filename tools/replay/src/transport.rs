@@ -68,6 +68,10 @@ pub struct BusOptions {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// --check and --print-config.
+    #[command(flatten)]
+    pub config_flags: mdbus_tool_support::config::ConfigFlags,
+
     /// Stream name (1 to 64 characters from A-Z a-z 0-9 . _ -). Default:
     /// one unique to this run.
     #[arg(long)]
@@ -319,7 +323,7 @@ impl BusOptions {
                                     .map(|p| p.device)
                                     .map_err(ReplayError::Unavailable)?,
                             };
-                            let gid = self.gid_index.map_or(cfg.verbs.gid_index, |g| g as i32);
+                            let gid = self.gid_index.map_or(-1, |g| g as i32);
                             device_ipv4(Path::new(SYSFS_IB), &dev, cfg.verbs.port, gid)?
                         }
                     };

@@ -100,6 +100,15 @@ pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D
     parse_with_unit(&s).map_err(serde::de::Error::custom)
 }
 
+/// Serde adapter, the other way: a duration as `humantime` writes it
+/// (`200us`, `1s 500ms`, `0s`), which [`deserialize`] reads back exactly.
+///
+/// # Errors
+/// Those of the serializer.
+pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +164,32 @@ mod tests {
         assert!(parse_with_unit("1.5").unwrap_err().contains("has no unit"));
         assert_eq!(parse_with_unit("2m30s"), Ok(Duration::from_secs(150)));
         assert_eq!(parse_with_unit("1.5s"), Ok(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn written_durations_read_back_exactly() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct T {
+            #[serde(with = "super")]
+            d: Duration,
+        }
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(7),
+            Duration::from_micros(200),
+            Duration::from_millis(1500),
+            Duration::from_secs(3725),
+        ] {
+            let text = toml::to_string(&T { d }).unwrap();
+            assert_eq!(toml::from_str::<T>(&text).unwrap(), T { d }, "{text}");
+        }
+        assert_eq!(
+            toml::to_string(&T {
+                d: Duration::from_millis(1500)
+            })
+            .unwrap(),
+            "d = \"1s 500ms\"\n"
+        );
     }
 
     #[test]

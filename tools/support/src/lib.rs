@@ -11,7 +11,10 @@
 //! | [`output`] | JSON lines on stdout, exit statuses |
 //! | [`readiness`] | waiting a bounded time for a file or FIFO to be readable (`poll`) |
 //! | [`rdma`] | the IPv4 address of an RDMA port, from its GID table |
+//! | [`config`] | `--check` and `--print-config` of the tools that read a configuration |
+//! | [`version`] | `--version`: package version, git revision, RDMA found at run time |
 
+pub mod config;
 pub mod duration;
 pub mod logging;
 pub mod output;
@@ -20,4 +23,5 @@ pub mod process;
 pub mod rdma;
 pub mod readiness;
 pub mod signals;
+pub mod version;
 pub mod watchdog;

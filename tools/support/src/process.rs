@@ -155,6 +155,9 @@ impl Peer {
     /// # Errors
     /// The child exited or stopped reading.
     pub fn send_line(&mut self, line: &str) -> Result<(), PeerError> {
+        // A dead child's pipe may still take the line (another process
+        // forked meanwhile can hold its read end for a moment): ask first.
+        self.check_alive()?;
         let stdin = self.stdin.as_mut().ok_or_else(|| PeerError::Closed {
             name: self.name.clone(),
         })?;
@@ -262,6 +265,21 @@ impl Drop for Peer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Runs `program` with `args` to its end: its exit status (-1 when a
+/// signal ended it), stdout and stderr. For the tools' tests of their
+/// command lines.
+///
+/// # Errors
+/// The program cannot be started.
+pub fn output_of(program: &str, args: &[&str]) -> std::io::Result<(i32, String, String)> {
+    let out = Command::new(program).args(args).output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 /// How a process ended, as a phrase: "exit status 3", "killed by signal 9".

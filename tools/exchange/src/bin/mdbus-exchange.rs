@@ -39,7 +39,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = mdbus_tool_support::version::parse();
     mdbus_tool_support::logging::init("mdbus-exchange", cli.verbose);
     mdbus_exchange::run(&cli.args, "mdbus-exchange")
 }

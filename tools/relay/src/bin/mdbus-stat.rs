@@ -190,7 +190,8 @@ fn leftovers(args: &DirArgs, clean: bool) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = mdbus_tool_support::version::parse();
+    mdbus_tool_support::logging::init("mdbus-stat", false);
     match &cli.command {
         Some(Command::List(a)) => return leftovers(a, false),
         Some(Command::Clean(a)) => return leftovers(a, true),
