@@ -125,7 +125,6 @@ fn add_bus(opts: &mut Options, cfg: &Config) {
         // Each segment is rounded up to whole huge pages.
         huge_pages: segments().map(|b| b.div_ceil(huge_page)).sum(),
         port: cfg.verbs.port,
-        gid_index: cfg.verbs.gid_index,
         max_datagram,
     });
 }

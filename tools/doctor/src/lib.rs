@@ -117,8 +117,6 @@ pub struct BusNeeds {
     pub huge_pages: u64,
     /// The RDMA port (`verbs.port`).
     pub port: u8,
-    /// The GID index (`verbs.gid_index`; -1: chosen from the address).
-    pub gid_index: i32,
     /// Largest `max_datagram` of a multicast stream, when any has a group.
     pub max_datagram: Option<usize>,
 }

@@ -444,7 +444,7 @@ pub(crate) fn check_rdma(
             continue;
         };
         check_mtu(host, bus, &subject, &ndev, items);
-        check_gid_type(host, bus, addresses, dev, *port, &subject, items);
+        check_gid_type(host, addresses, dev, *port, &subject, items);
         check_pfc_ecn(host, &subject, &ndev, items);
     }
 }
@@ -499,7 +499,6 @@ fn check_mtu(
 
 fn check_gid_type(
     host: &Host,
-    bus: Option<&BusNeeds>,
     addresses: &[Ipv4Addr],
     dev: &str,
     port: u8,
@@ -519,24 +518,6 @@ fn check_gid_type(
     let types_fix = format!(
         "list the table: `grep . /sys/class/infiniband/{dev}/ports/{port}/gid_attrs/types/*` (or `show_gids`)"
     );
-    if let Some(idx) = bus.map(|b| b.gid_index).filter(|i| *i >= 0) {
-        let item = item.want(format!("GID {idx} (verbs.gid_index) of type RoCE v2"));
-        items.push(match entry(&idx.to_string()) {
-            Some((ty, ip)) if ty == "RoCE v2" => item.pass(format!(
-                "GID {idx}: {ty}{}",
-                ip.map_or(String::new(), |ip| format!(", {ip}"))
-            )),
-            Some((ty, _)) if !ty.is_empty() => item.warn(
-                format!("GID {idx}: {ty} (not routable over IP)"),
-                format!("set verbs.gid_index to a RoCE v2 entry; {types_fix}"),
-            ),
-            _ => item.fail(
-                format!("GID {idx}: no entry"),
-                format!("set verbs.gid_index to a RoCE v2 entry, or -1; {types_fix}"),
-            ),
-        });
-        return;
-    }
     // The kernel adds a RoCE v1 and a v2 entry for every address; an
     // address is usable when its v2 entry exists.
     let table: Vec<(String, String, Option<Ipv4Addr>)> = host

@@ -461,25 +461,6 @@ fn small_mtu_without_a_config_is_a_warning() {
 }
 
 #[test]
-fn a_configured_gid_index_must_be_roce_v2() {
-    let t = Tree::tuned();
-    for (index, status, found, fix) in [
-        (
-            2,
-            Status::Warn,
-            "GID 2: IB/RoCE v1",
-            Some("set verbs.gid_index to a RoCE v2 entry"),
-        ),
-        (9, Status::Fail, "GID 9: no entry", Some("or -1")),
-        (3, Status::Pass, "GID 3: RoCE v2, 10.0.0.1", None),
-    ] {
-        let cfg = VERBS.replace("port = 1\n", &format!("port = 1\ngid_index = {index}\n"));
-        let r = run(&t.options(Some(&cfg)));
-        expect(&r, "roce_gid_type", status, found, fix);
-    }
-}
-
-#[test]
 fn a_down_port_and_missing_names_fail() {
     let t = Tree::tuned();
     t.file("sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN\n");
