@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+pub use crate::recovery::Repair;
 use crate::wait::WaitStrategy;
 
 /// Which transport carries the bus.
@@ -220,6 +221,26 @@ pub struct StreamConfig {
     /// Subscribers: a line silent this long is not waited for.
     #[serde(with = "duration_str")]
     pub line_timeout: Duration,
+    /// Subscribers: the longest random wait added to `nak_delay` (and to
+    /// `retransmit_timeout` before a repeat), so that of many subscribers
+    /// that lost the same datagram only a few ask and the repair sent to
+    /// the group reaches the rest first (NAK suppression, docs/SCALING.md).
+    /// "0s": ask at once.
+    #[serde(with = "duration_str")]
+    pub nak_backoff: Duration,
+    /// Subscribers: how many subscribers the stream is expected to have;
+    /// shapes the random wait so that few ask early however many there are.
+    pub nak_group_size: u32,
+    /// Publishers: where retransmissions go: "requester" (to it alone),
+    /// "group" (to every subscriber) or "auto" (to the requester, unless a
+    /// second subscriber asked for the same messages within
+    /// `repair_linger`: then to the group).
+    pub repair: Repair,
+    /// Publishers: how long after a repair to the group further requests
+    /// for the same messages are ignored (the repair is already on its
+    /// way). Keep it below the subscribers' `retransmit_timeout`.
+    #[serde(with = "duration_str")]
+    pub repair_linger: Duration,
     /// Send each message as it is committed (datagram transports). Off:
     /// messages are packed into datagrams, and on UDP full datagrams are
     /// queued (up to 32), until the publisher's `flush` or `service` is
@@ -290,6 +311,10 @@ impl Default for StreamConfig {
             nak_delay: Duration::from_micros(50),
             line_grace: Duration::from_millis(1),
             line_timeout: Duration::from_millis(100),
+            nak_backoff: Duration::from_micros(250),
+            nak_group_size: 100,
+            repair: Repair::Auto,
+            repair_linger: Duration::from_millis(1),
             autoflush: true,
             source: String::new(),
             source_b: String::new(),
@@ -698,6 +723,12 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
                 "0 is not allowed: at least 1".into(),
             ));
         }
+    }
+    if s.nak_group_size == 0 {
+        return Err((
+            format!("{key}.nak_group_size"),
+            "0 is not allowed: at least 1".to_string(),
+        ));
     }
     if s.line_timeout.is_zero() {
         return Err((

@@ -81,7 +81,8 @@ pub struct PublisherConfig {
 }
 
 /// Where a publisher sends the messages a subscriber asked for again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Repair {
     /// To the requester alone.
     #[default]

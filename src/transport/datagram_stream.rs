@@ -13,6 +13,7 @@ use crate::config::StreamConfig;
 use crate::error::{ConfigError, Error, Result};
 use crate::message::Event;
 use crate::recovery::frame::MAC_LEN;
+use crate::recovery::Dest;
 use crate::recovery::mac::{load_key, Key, Mac};
 use crate::recovery::{
     Counters, Line, PublishError, PublisherConfig, PublisherCore, SubscriberConfig, SubscriberCore,
@@ -107,6 +108,8 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             retransmit_global_burst: cfg.retransmit_global_burst,
             retransmit_global_rate: cfg.retransmit_global_rate,
             retransmit_reply_bytes: cfg.retransmit_reply_bytes,
+            repair: cfg.repair,
+            repair_linger: cfg.repair_linger,
             ..PublisherConfig::new(stream_id(name), crate::clock::now_ns())
         };
         let core = PublisherCore::new(&pc).map_err(|e| config_error(&channel, e))?;
@@ -241,19 +244,24 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
                 // A datagram longer than a request is cut short here and
                 // then counted by the core as malformed.
                 let len = len.min(CONTROL_MAX);
-                let (line, failed, mac) = (&mut self.lines[i], &mut self.failed, &mut self.mac);
+                let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
                 // Malformed and over-budget requests are counted by the
                 // core and dropped.
                 let who = L::source_key(&peer);
-                let _ = self.core.on_datagram_from(who, &req[..len], now, |reply| {
-                    let reply = match mac {
-                        Some(m) => m.seal(reply),
-                        None => reply,
-                    };
-                    if let Err(e) = line.send_to(peer, reply) {
-                        failed.get_or_insert(e);
-                    }
-                });
+                let _ = self
+                    .core
+                    .on_request(who, &req[..len], now, |dest, reply| match dest {
+                        Dest::Group => send_all(lines, failed, mac, reply),
+                        Dest::Requester => {
+                            let reply = match mac {
+                                Some(m) => m.seal(reply),
+                                None => reply,
+                            };
+                            if let Err(e) = lines[i].send_to(peer, reply) {
+                                failed.get_or_insert(e);
+                            }
+                        }
+                    });
             }
         }
         self.take_failure()
@@ -337,6 +345,10 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
             nak_delay: cfg.nak_delay,
             line_grace: cfg.line_grace,
             line_timeout: cfg.line_timeout,
+            nak_backoff: cfg.nak_backoff,
+            nak_group_size: cfg.nak_group_size,
+            // Subscribers of one stream must draw different waits.
+            nak_seed: crate::clock::now_ns() ^ (u64::from(std::process::id()) << 32),
             request_timeout: cfg.retransmit_timeout,
             max_retries: cfg.retransmit_retries,
             publisher_timeout: cfg.heartbeat_timeout,
