@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 
 import pytest
 
@@ -19,6 +20,17 @@ from binaries import binary
 
 COUNT = 2000
 TRANSPORTS = ["shm", "udp"]
+# Guards against a hung peer or a lost message, not synchronisation: a
+# test fails after this long with nothing happening.
+QUIET_LIMIT = 30.0
+PEER_LIMIT = 120.0
+
+
+def wait(poll):
+    """The next events from `poll`; fails when none come within QUIET_LIMIT."""
+    events = poll(timeout=QUIET_LIMIT)
+    assert events, f"nothing arrived for {QUIET_LIMIT} s"
+    return events
 
 
 def payload_of(i):
@@ -69,6 +81,10 @@ class Peer:
             stderr=subprocess.PIPE,
             text=True,
         )
+        # A peer that hangs is killed, so that reading its output ends.
+        self.guard = threading.Timer(PEER_LIMIT, self.proc.kill)
+        self.guard.daemon = True
+        self.guard.start()
 
     def line(self):
         line = self.proc.stdout.readline()
@@ -93,6 +109,7 @@ class Peer:
         return rest
 
     def kill(self):
+        self.guard.cancel()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -108,12 +125,12 @@ def test_python_subscribes_to_a_rust_publisher(transport):
         peer.tell("go")
         got = []
         while len(got) < COUNT:
-            for e in sub.poll(timeout=30.0):
+            for e in wait(sub.poll):
                 assert e.kind == "message", e
                 got.append((e.seq, e.payload))
         peer.expect(f"published {COUNT}")
         peer.tell("done")
-        end = sub.poll(timeout=30.0)
+        end = wait(sub.poll)
         assert [(e.kind, e.seq) for e in end] == [("end_of_stream", COUNT)]
         assert peer.finish() == ""
     finally:
@@ -157,7 +174,7 @@ def test_python_connects_to_a_rust_session_acceptor(transport):
             assert s.send(o) == i
             acks += [(e.seq, e.payload) for e in s.poll()]
         while len(acks) < COUNT:
-            acks += [(e.seq, e.payload) for e in s.poll(timeout=30.0)]
+            acks += [(e.seq, e.payload) for e in wait(s.poll)]
         s.close()
         peer.expect(f"closed after {COUNT}")
         assert peer.finish() == ""
@@ -176,13 +193,12 @@ def test_a_rust_session_client_connects_to_python(transport):
         peer.expect("connected")
         got = []
         while len(got) < COUNT:
-            for e in s.poll(timeout=30.0):
+            for e in wait(s.poll):
                 got.append((e.seq, e.payload))
                 s.send(b"ACK " + e.payload)
         peer.expect(f"acked {COUNT}")
         with pytest.raises(mdbus.PeerClosed):
-            while True:
-                assert s.poll(timeout=30.0) == []
+            wait(s.poll)
         assert peer.finish() == ""
     finally:
         peer.kill()
