@@ -5,7 +5,11 @@
 //!   (`ping` and `pong`, one each way, loss recovery on, publishers
 //!   answering requests while they wait) against `raw-udp`, the same two
 //!   multicast groups with plain sockets: `send_to` and a non-blocking
-//!   `recv` busy-polled, same payload sizes.
+//!   `recv` busy-polled, same payload sizes. And `mdbus-udp-svc`: the same
+//!   mdbus streams on buses with the service thread (`[service] thread =
+//!   true`), whose publishers never call `service()`: what the service
+//!   thread's hand-off costs on the publish path, against `mdbus-udp` in
+//!   the same run.
 //! - `tcp` (round trip): `mdbus-tcp`, an mdbus session on TCP, against
 //!   `raw-tcp`, a TCP connection with `TCP_NODELAY`, `write` and a
 //!   non-blocking `read` busy-polled, same payload sizes.
@@ -22,12 +26,13 @@
 //! ```
 //!
 //! Environment: `MDBUS_BENCH_CASES` (subset of `udp,tcp,mcast`),
-//! `MDBUS_BENCH_PEERS` (subset of `raw-udp,mdbus-udp,raw-tcp,mdbus-tcp,
-//! raw-mcast,mdbus-mcast`), `MDBUS_BENCH_SIZES` (round-trip payload sizes,
+//! `MDBUS_BENCH_PEERS` (subset of `raw-udp,mdbus-udp,mdbus-udp-svc,raw-tcp,
+//! mdbus-tcp,raw-mcast,mdbus-mcast`), `MDBUS_BENCH_SIZES` (round-trip payload sizes,
 //! default `32,1024`), `MDBUS_BENCH_ITERS` (round trips per peer and size,
 //! default 100 000), `MDBUS_BENCH_WARMUP` (default 5 000),
 //! `MDBUS_BENCH_MESSAGES` (messages of the throughput case, default
-//! 5 000 000), and `MDBUS_BENCH_CORES`, `MDBUS_BENCH_WAIT`,
+//! 5 000 000), `MDBUS_BENCH_SERVICE_INTERVAL` (`mdbus-udp-svc`: time
+//! between the service thread's rounds, default `1ms`), and `MDBUS_BENCH_CORES`, `MDBUS_BENCH_WAIT`,
 //! `MDBUS_BENCH_STALL_SECS`, `MDBUS_BENCH_JSON` as for the other benches.
 //!
 //! The parent process is ping (round trips) or the receiver (throughput);
@@ -67,6 +72,8 @@ const SERVICE_EVERY_IDLE: u32 = 64;
 const SIZE_ENV: &str = "MDBUS_BENCH_SIZE";
 const PORT_ENV: &str = "MDBUS_BENCH_PORT";
 const MESSAGES_ENV: &str = "MDBUS_BENCH_MESSAGES";
+/// `mdbus-udp-svc`: time between the service thread's rounds.
+const SERVICE_INTERVAL_ENV: &str = "MDBUS_BENCH_SERVICE_INTERVAL";
 
 // Throughput case: the datagram layout of an mdbus stream (docs/WIRE.md),
 // reproduced by the raw peer.
@@ -108,12 +115,12 @@ impl Case {
         }
     }
 
-    /// (baseline, mdbus)
-    fn peers(self) -> [Who; 2] {
+    /// The baseline first, then the mdbus peers.
+    fn peers(self) -> &'static [Who] {
         match self {
-            Case::Udp => [Who::RawUdp, Who::MdbusUdp],
-            Case::Tcp => [Who::RawTcp, Who::MdbusTcp],
-            Case::Mcast => [Who::RawMcast, Who::MdbusMcast],
+            Case::Udp => &[Who::RawUdp, Who::MdbusUdp, Who::MdbusUdpSvc],
+            Case::Tcp => &[Who::RawTcp, Who::MdbusTcp],
+            Case::Mcast => &[Who::RawMcast, Who::MdbusMcast],
         }
     }
 }
@@ -122,6 +129,8 @@ impl Case {
 enum Who {
     RawUdp,
     MdbusUdp,
+    /// `MdbusUdp` with the bus's service thread doing `service()`.
+    MdbusUdpSvc,
     RawTcp,
     MdbusTcp,
     RawMcast,
@@ -129,9 +138,10 @@ enum Who {
 }
 
 impl Who {
-    const ALL: [Who; 6] = [
+    const ALL: [Who; 7] = [
         Who::RawUdp,
         Who::MdbusUdp,
+        Who::MdbusUdpSvc,
         Who::RawTcp,
         Who::MdbusTcp,
         Who::RawMcast,
@@ -142,6 +152,7 @@ impl Who {
         match self {
             Who::RawUdp => "raw-udp",
             Who::MdbusUdp => "mdbus-udp",
+            Who::MdbusUdpSvc => "mdbus-udp-svc",
             Who::RawTcp => "raw-tcp",
             Who::MdbusTcp => "mdbus-tcp",
             Who::RawMcast => "raw-mcast",
@@ -151,6 +162,11 @@ impl Who {
 
     fn child_role(self) -> String {
         format!("child-{}", self.name())
+    }
+
+    /// A round trip over UDP multicast.
+    fn is_udp(self) -> bool {
+        matches!(self, Who::RawUdp | Who::MdbusUdp | Who::MdbusUdpSvc)
     }
 }
 
@@ -247,7 +263,7 @@ fn parent() -> Result<()> {
     let mut rtts = Vec::new();
     let mut throughs = Vec::new();
     for case in cases {
-        for who in case.peers().into_iter().filter(|w| peers.contains(w)) {
+        for &who in case.peers().iter().filter(|w| peers.contains(w)) {
             match case {
                 Case::Udp | Case::Tcp => {
                     for &size in &sizes {
@@ -282,7 +298,8 @@ fn child(role: &str) -> Result<()> {
         u16::try_from(env_u64(PORT_ENV, 0)?).map_err(|_| bench_err!("{PORT_ENV} is not a port"))?;
     match who {
         Who::RawUdp => pong(&settings, &mut RawUdp::open(port, size, false)?),
-        Who::MdbusUdp => pong(&settings, &mut MdbusUdp::open(port, size, false)?),
+        Who::MdbusUdp => pong(&settings, &mut MdbusUdp::open(port, size, false, false)?),
+        Who::MdbusUdpSvc => pong(&settings, &mut MdbusUdp::open(port, size, false, true)?),
         Who::RawTcp => {
             let sock = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
             pong(&settings, &mut RawTcp::new(sock, size)?)
@@ -322,8 +339,7 @@ fn counter(bytes: &[u8]) -> u64 {
 }
 
 fn ping(settings: &Settings, who: Who, size: usize) -> Result<Histogram<u64>> {
-    let udp = matches!(who, Who::RawUdp | Who::MdbusUdp);
-    let port = free_port(udp)?;
+    let port = free_port(who.is_udp())?;
     let env = [(SIZE_ENV, size.to_string()), (PORT_ENV, port.to_string())];
     match who {
         Who::RawUdp => {
@@ -333,8 +349,8 @@ fn ping(settings: &Settings, who: Who, size: usize) -> Result<Histogram<u64>> {
             let peer = Peer::spawn_env(&who.child_role(), settings, None, &env)?;
             ping_loop(settings, &mut side, peer, who)
         }
-        Who::MdbusUdp => {
-            let mut side = MdbusUdp::open(port, size, true)?;
+        Who::MdbusUdp | Who::MdbusUdpSvc => {
+            let mut side = MdbusUdp::open(port, size, true, who == Who::MdbusUdpSvc)?;
             let peer = Peer::spawn_env(&who.child_role(), settings, None, &env)?;
             ping_loop(settings, &mut side, peer, who)
         }
@@ -533,10 +549,19 @@ impl Side for RawUdp {
 }
 
 /// An mdbus bus on UDP multicast (loopback, time-to-live 0) with streams
-/// `ping` (on `port`) and `pong` (on `port + 1`) of `size`-byte messages.
-fn udp_bus(port: u16, size: usize) -> Result<mdbus::Bus> {
+/// `ping` (on `port`) and `pong` (on `port + 1`) of `size`-byte messages;
+/// `served`: with the service thread (not pinned; a round every
+/// `MDBUS_BENCH_SERVICE_INTERVAL`, default 1ms as in the library).
+fn udp_bus(port: u16, size: usize, served: bool) -> Result<mdbus::Bus> {
+    let interval = match std::env::var(SERVICE_INTERVAL_ENV) {
+        Ok(text) => mdbus::config::duration_str::parse(&text)
+            .map_err(|e| bench_err!("{SERVICE_INTERVAL_ENV}: {e}"))?,
+        Err(_) => mdbus::config::ServiceConfig::default().interval,
+    };
     mdbus_benches::mdbus_bus(|cfg| {
         cfg.transport = TransportKind::Udp;
+        cfg.service.thread = served;
+        cfg.service.interval = interval;
         for (name, group) in [("ping", port), ("pong", port + 1)] {
             let s = StreamConfig {
                 max_message: size,
@@ -558,11 +583,14 @@ struct MdbusUdp {
     subscriber: mdbus::Subscriber,
     out: Vec<u8>,
     idle: u32,
+    /// The bus's service thread serves the publisher: never call
+    /// `service()` here.
+    served: bool,
 }
 
 impl MdbusUdp {
-    fn open(port: u16, size: usize, is_ping: bool) -> Result<MdbusUdp> {
-        let bus = udp_bus(port, size)?;
+    fn open(port: u16, size: usize, is_ping: bool, served: bool) -> Result<MdbusUdp> {
+        let bus = udp_bus(port, size, served)?;
         let (out, inp) = if is_ping {
             ("ping", "pong")
         } else {
@@ -576,6 +604,7 @@ impl MdbusUdp {
             subscriber,
             out: vec![0x5a; size],
             idle: 0,
+            served,
         })
     }
 }
@@ -605,6 +634,9 @@ impl Side for MdbusUdp {
 
     #[inline(always)]
     fn idle(&mut self) -> Result<()> {
+        if self.served {
+            return Ok(());
+        }
         self.idle += 1;
         if self.idle == SERVICE_EVERY_IDLE {
             self.idle = 0;
@@ -614,9 +646,14 @@ impl Side for MdbusUdp {
     }
 
     fn linger(&mut self, peer: &mut Peer) -> Result<()> {
-        // Pong exits once it has STOP; answer its requests until then.
+        // Pong exits once it has STOP; answer its requests until then
+        // (or let the service thread answer them).
         while !peer.has_exited()? {
-            self.publisher.service()?;
+            if self.served {
+                std::thread::yield_now();
+            } else {
+                self.publisher.service()?;
+            }
         }
         Ok(())
     }
@@ -746,6 +783,9 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     let base = |who: Who, size: usize| {
         let raw = match who {
             Who::MdbusUdp => Who::RawUdp,
+            // The service thread's cost: against the same streams served
+            // by explicit service() calls.
+            Who::MdbusUdpSvc => Who::MdbusUdp,
             Who::MdbusTcp => Who::RawTcp,
             _ => return None,
         };
@@ -757,15 +797,27 @@ fn report_rtts(settings: &Settings, rtts: &[Rtt], clock: Percentiles) -> Vec<Str
     let mut lines = Vec::new();
     for m in rtts {
         let mut obj = rtt_json("net", settings, clock.p50, m.count, m.rtt);
-        obj["case"] = (if matches!(m.who, Who::RawUdp | Who::MdbusUdp) {
-            "udp"
-        } else {
-            "tcp"
-        })
-        .into();
+        obj["case"] = (if m.who.is_udp() { "udp" } else { "tcp" }).into();
         obj["peer"] = m.who.name().into();
         obj["payload"] = m.size.into();
-        if let Some((raw, b)) = base(m.who, m.size) {
+        if let Some((raw, b)) = base(m.who, m.size).filter(|(raw, _)| *raw == Who::MdbusUdp) {
+            // The service thread's cost: no target, every percentile.
+            let r = |x: u64, y: u64| ratio(x as f64, y as f64);
+            let (p50, p90) = (r(m.rtt.p50, b.p50), r(m.rtt.p90, b.p90));
+            let (p99, p999) = (r(m.rtt.p99, b.p99), r(m.rtt.p999, b.p999));
+            println!(
+                "{:>13}/{:<9} {:>5} B: p50 x{:.3}  p90 x{:.3}  p99 x{:.3}  p99.9 x{:.3}",
+                m.who.name(),
+                raw.name(),
+                m.size,
+                p50.unwrap_or(f64::NAN),
+                p90.unwrap_or(f64::NAN),
+                p99.unwrap_or(f64::NAN),
+                p999.unwrap_or(f64::NAN)
+            );
+            obj[format!("vs_{}", raw.name())] =
+                serde_json::json!({ "p50": p50, "p90": p90, "p99": p99, "p999": p999 });
+        } else if let Some((raw, b)) = base(m.who, m.size) {
             let p50 = ratio(m.rtt.p50 as f64, b.p50 as f64);
             let p999 = ratio(m.rtt.p999 as f64, b.p999 as f64);
             let verdict = match p50 {

@@ -1,4 +1,5 @@
-"""mdbus from Python: streams, sessions and .mdcap recordings.
+"""mdbus from Python: streams, sessions, .mdcap recordings, ITCH messages
+(mdbus.itch.decode) and .hlog latency logs.
 
     bus = mdbus.Bus.from_toml('transport = "shm"')
     pub = bus.publisher("md")
@@ -24,6 +25,7 @@ from ._mdbus import (  # noqa: F401
     read_mdcap,
     read_mdcap_columns,
 )
+from . import itch  # noqa: F401
 
 __all__ = [
     "Bus",
@@ -36,6 +38,7 @@ __all__ = [
     "Session",
     "Subscriber",
     "hlog_percentiles",
+    "itch",
     "read_mdcap",
     "read_mdcap_columns",
 ]

@@ -1,7 +1,8 @@
 //! The `mdbus` Python module (`mdbus._mdbus`, re-exported by
 //! `python/mdbus/__init__.py`): buses, stream publishers and subscribers,
-//! sessions, and `.mdcap` recordings. Every call that may wait (polls,
-//! attaches, accepts, connects, sends) releases the GIL.
+//! sessions, `.mdcap` recordings, ITCH messages and `.hlog` latency logs.
+//! Every call that may wait (polls, attaches, accepts, connects, sends)
+//! releases the GIL.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -482,6 +483,69 @@ fn hlog_percentiles<'py>(
     Ok(out)
 }
 
+/// Decodes one whole ITCH 5.0 message (the bytes of one MoldUDP64 message
+/// block, `.mdcap` record or BinaryFILE record) with mdbus-feed's decoder:
+/// a dict with "type" (the type letter), "name" (e.g. "AddOrder"),
+/// "stock_locate", "tracking_number", "timestamp" (ns since midnight), then
+/// every body field by its name in the specification's order. One-byte
+/// codes are 1-character strings, alphanumeric fields (stock, MPID) strings
+/// without their padding (bytes if not printable ASCII), integers and
+/// prices ints: a Price(4) in 1/10 000 dollar (PRICE4_SCALE), a Price(8)
+/// (the MWCB levels) in 1/100 000 000 (PRICE8_SCALE).
+/// Accepts any bytes-like object (bytes, bytearray, memoryview).
+#[pyfunction]
+fn itch_decode<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    use mdbus_feed::itch::{self, FieldValue};
+    // bytes are read in place; anything else goes through bytes(data).
+    let owned;
+    let data = match data.cast::<PyBytes>() {
+        Ok(b) => b,
+        Err(_) => {
+            owned = py
+                .get_type::<PyBytes>()
+                .call1((data,))?
+                .cast_into::<PyBytes>()?;
+            &owned
+        }
+    };
+    let m = itch::decode(data.as_bytes()).map_err(err)?;
+    let out = pyo3::types::PyDict::new(py);
+    let t = m.msg_type();
+    out.set_item("type", char::from(t).to_string())?;
+    out.set_item("name", itch::type_name(t).unwrap_or(""))?;
+    let h = m.header();
+    out.set_item("stock_locate", h.stock_locate)?;
+    out.set_item("tracking_number", h.tracking_number)?;
+    out.set_item("timestamp", h.timestamp.nanos())?;
+    let mut failed = None;
+    m.for_each_field(|name, v| {
+        let r = match v {
+            FieldValue::Code(b) => out.set_item(name, char::from(b).to_string()),
+            FieldValue::Integer(n) => out.set_item(name, n),
+            FieldValue::Price4(p) => out.set_item(name, p.raw()),
+            FieldValue::Price8(p) => out.set_item(name, p.raw()),
+            FieldValue::Timestamp(t) => out.set_item(name, t.nanos()),
+            FieldValue::Alpha { .. } => {
+                let b = v.alpha_trimmed();
+                match std::str::from_utf8(b) {
+                    Ok(s) if b.iter().all(|c| (0x20..=0x7e).contains(c)) => out.set_item(name, s),
+                    _ => out.set_item(name, PyBytes::new(py, b)),
+                }
+            }
+        };
+        if let Err(e) = r {
+            failed.get_or_insert(e);
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 #[pymodule]
 fn _mdbus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
@@ -496,5 +560,8 @@ fn _mdbus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_mdcap, m)?)?;
     m.add_function(wrap_pyfunction!(hlog_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(read_mdcap_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(itch_decode, m)?)?;
+    m.add("PRICE4_SCALE", mdbus_feed::itch::Price4::SCALE)?;
+    m.add("PRICE8_SCALE", mdbus_feed::itch::Price8::SCALE)?;
     Ok(())
 }

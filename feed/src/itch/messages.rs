@@ -9,7 +9,7 @@
 //! in the table fails the build instead of mis-decoding a feed.
 
 use super::fields::{Field, Header, Price4, Price8, Timestamp};
-use super::{DecodeError, EncodeError, HEADER_LEN};
+use super::{DecodeError, EncodeError, FieldValue, HEADER_LEN};
 use crate::alpha::{Alpha, Mpid, Stock};
 
 /// Name, offset and width of one field of a message layout.
@@ -183,6 +183,12 @@ macro_rules! itch_messages {
                     }
                 )*
 
+                /// Calls `f` with each body field's name and value, in wire
+                /// order (the header is [`Self::header`]). Never allocates.
+                pub fn for_each_field(&self, mut f: impl FnMut(&'static str, FieldValue)) {
+                    $( f(stringify!($field), FieldValue::from(self.$field())); )*
+                }
+
                 /// Decodes every field into the owned struct.
                 pub fn decode(&self) -> $variant {
                     $variant {
@@ -242,6 +248,16 @@ macro_rules! itch_messages {
             pub fn as_bytes(&self) -> &'a [u8] {
                 match self {
                     $( Message::$variant(v) => v.as_bytes(), )+
+                }
+            }
+
+            /// Calls `f` with each body field's name and value, in wire
+            /// order (the header is [`Message::header`]), so that a message
+            /// of any type can be walked without matching on it. Never
+            /// allocates.
+            pub fn for_each_field(&self, f: impl FnMut(&'static str, FieldValue)) {
+                match self {
+                    $( Message::$variant(v) => v.for_each_field(f), )+
                 }
             }
 

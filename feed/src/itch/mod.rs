@@ -43,10 +43,12 @@ pub mod codes;
 mod directory;
 mod fields;
 mod messages;
+mod value;
 
 pub use directory::Directory;
 pub use fields::{Header, Price4, Price8, Timestamp};
 pub use messages::*;
+pub use value::FieldValue;
 
 /// Length of the part every message shares: type byte, stock locate,
 /// tracking number, timestamp.
