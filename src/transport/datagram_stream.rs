@@ -13,8 +13,8 @@ use crate::config::StreamConfig;
 use crate::error::{ConfigError, Error, Result};
 use crate::message::Event;
 use crate::recovery::frame::MAC_LEN;
-use crate::recovery::Dest;
 use crate::recovery::mac::{load_key, Key, Mac};
+use crate::recovery::Dest;
 use crate::recovery::{
     Counters, Line, PublishError, PublisherConfig, PublisherCore, SubscriberConfig, SubscriberCore,
 };
