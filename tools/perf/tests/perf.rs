@@ -1499,3 +1499,62 @@ fn pingpong_sides_started_by_hand_each_print_one_object() {
     // Pong echoed the warm-up too.
     assert_eq!(u(&pong, &["messages"]), 55, "{pong}");
 }
+
+#[test]
+fn fanout_simulates_suppression_and_reports_per_loss_event() {
+    let run = |repair: &str, backoff: &str| {
+        json_of(&perf(&[
+            "fanout",
+            "--simulate",
+            "--subscribers",
+            "40",
+            "--messages",
+            "3000",
+            "--loss",
+            "2",
+            "--correlated",
+            "1",
+            "--repair",
+            repair,
+            "--nak-backoff",
+            backoff,
+            "--json",
+        ]))
+    };
+    let without = run("requester", "0s");
+    let with = run("auto", "1ms");
+    for v in [&without, &with] {
+        assert_eq!(v["mode"], "fanout", "{v}");
+        assert_eq!((u(v, &["subscribers"]), u(v, &["messages"])), (40, 3000));
+        assert_eq!(v["delivered_all"], true, "{v}");
+        assert_eq!(v["lost"], false, "{v}");
+        assert!(u(v, &["upstream_loss_events"]) > 0, "{v}");
+        assert_eq!(
+            u(v, &["recovery_ns", "count"]),
+            u(v, &["recovery_us", "count"])
+        );
+    }
+    let per = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    // Every subscriber asks without suppression; a few with it.
+    assert!(
+        per(&without, "requests_per_loss_event") >= 40.0,
+        "{without}"
+    );
+    assert!(per(&with, "requests_per_loss_event") <= 10.0, "{with}");
+    assert!(per(&with, "retransmits_per_loss_event") <= 3.0, "{with}");
+    assert!(u(&with, &["group_repair_datagrams"]) > 0, "{with}");
+}
+
+#[test]
+fn fanout_without_simulate_or_with_bad_shares_is_a_usage_error() {
+    let out = perf(&["fanout", "--subscribers", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only --simulate is offered"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = perf(&["fanout", "--simulate", "--correlated", "1.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--correlated 1.5"));
+}

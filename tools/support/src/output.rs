@@ -145,7 +145,7 @@ pub const LATENCY_KEYS: [&str; 10] = [
 
 /// Checks one tool's `--json` object against docs/JSON.md: `schema` and
 /// `tool` present, snake_case keys at every depth, every object under a
-/// key ending in `_ns` that has a `p50` is a whole latency object, and no
+/// key ending in `_ns` (or `_us`) that has a `p50` is a whole latency object, and no
 /// latency figure outside one (`p50` and friends appear only inside a
 /// `*_ns` object). Returns every violation, one sentence each.
 pub fn check_convention(v: &serde_json::Value) -> Result<(), Vec<String>> {
@@ -182,7 +182,7 @@ fn walk(v: &serde_json::Value, path: &str, key: Option<&str>, bad: &mut Vec<Stri
             let latency_like = m.contains_key("p50") || m.contains_key("p99");
             if latency_like {
                 match key {
-                    Some(k) if k.ends_with("_ns") => {
+                    Some(k) if k.ends_with("_ns") || k.ends_with("_us") => {
                         for want in LATENCY_KEYS {
                             if !m.get(want).is_some_and(|x| x.is_number()) {
                                 bad.push(format!("{path}: latency object lacks `{want}`"));
