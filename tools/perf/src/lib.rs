@@ -254,6 +254,7 @@ mod tests {
                 Command::Pingpong(a) => (a.common, a.load),
                 Command::Throughput(a) => (a.common, a.load),
                 Command::Mcast(a) => (a.common, a.load),
+                Command::Fanout(_) => panic!("a guest line runs fanout: {argv:?}"),
             };
             crate::transport::resolve(&mut common, TransportKind::Shm).unwrap();
             assert_eq!(common.transport, TransportKind::Verbs, "{argv:?}");
@@ -306,6 +307,7 @@ mod tests {
                 Command::Pingpong(a) => a.load,
                 Command::Throughput(a) => a.load,
                 Command::Mcast(a) => a.load,
+                Command::Fanout(_) => panic!("{mode} parsed as fanout"),
             };
             assert!(load.all && load.duration == Some(std::time::Duration::from_secs(2)));
         }
