@@ -218,9 +218,12 @@ impl Session {
             Err(e) => return Err(self.count_error(e)),
         };
         self.stats.received += n as u64;
-        if let (Some(c), true) = (&self.counters, n > 0) {
-            c.set(sc::MESSAGES_RECEIVED, self.stats.received);
-            c.set(sc::BYTES_RECEIVED, self.bytes_received);
+        if let Some(c) = &mut self.counters {
+            if n > 0 {
+                c.set(sc::MESSAGES_RECEIVED, self.stats.received);
+                c.set(sc::BYTES_RECEIVED, self.bytes_received);
+            }
+            c.tick();
         }
         Ok(n)
     }

@@ -384,6 +384,7 @@ impl BusCounters {
             .collect();
         // Open: 1 (the slot 0 of every role).
         self.file.set(base, 1);
+        self.file.touch(crate::clock::now_ns());
         let recovery = match role {
             Role::Publisher => Some(publisher::RECOVERY),
             Role::Subscriber => Some(subscriber::RECOVERY),
@@ -519,7 +520,13 @@ impl Slots {
     #[inline]
     pub fn tick(&mut self) -> bool {
         self.ticks = self.ticks.wrapping_add(1);
-        self.ticks % MIRROR_EVERY == 0
+        let due = self.ticks % MIRROR_EVERY == 0;
+        if due {
+            // The file's "last update", which mdbus-stat list shows: one
+            // clock read per MIRROR_EVERY calls.
+            self.bus.file.touch(crate::clock::now_ns());
+        }
+        due
     }
 
     /// Counts an error returned to the application and logs it.
@@ -663,6 +670,10 @@ mod tests {
         }
         let mut r = CountersReader::open(&path).unwrap();
         assert_eq!(r.owner().name, "test-streams");
+        assert!(
+            r.updated_ns() >= r.owner().start_time_ns,
+            "opening a handle is an update"
+        );
         assert_eq!(value(&r, "pub.md.messages"), 3);
         assert_eq!(value(&r, "pub.md.bytes"), 9);
         assert_eq!(value(&r, "pub.md.last_seq"), 3);
