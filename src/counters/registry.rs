@@ -778,6 +778,38 @@ mod tests {
     }
 
     #[test]
+    fn counters_keys_are_checked() {
+        let c = crate::Config::from_toml_str(
+            "[counters]\nenabled = false\ndir = \"/tmp/x\"\nslots = 64\nname = \"feed\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.counters.enabled,
+                c.counters.slots,
+                c.counters.name.as_str()
+            ),
+            (false, 64, "feed")
+        );
+        for (text, key) in [
+            ("[counters]\ndir = \"relative\"\n", "counters.dir"),
+            ("[counters]\nslots = 70000\n", "counters.slots"),
+            ("[counters]\nslots = 1\nbogus = 1\n", "line 3"),
+        ] {
+            let e = crate::Config::from_toml_str(text, "t.toml").unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("t.toml: {key}: ")),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            crate::Config::default().counters.dir,
+            PathBuf::from("/dev/shm/mdbus")
+        );
+    }
+
+    #[test]
     fn a_disabled_bus_has_no_file() {
         let (mut cfg, dir) = config("off");
         cfg.counters.enabled = false;
