@@ -104,11 +104,13 @@ pub const SESSION: [(&str, Kind); 8] = [
     ("last_seq_sent", G),
 ];
 /// Slots of the bus itself (`bus.OWNER.COUNTER`).
-pub const BUS: [(&str, Kind); 4] = [
+pub const BUS: [(&str, Kind); 6] = [
     ("errors", C),
     ("async_events", C),
     ("completion_errors", C),
     ("errors_unlogged", C),
+    ("mr_registrations", C),
+    ("mr_deregistrations", C),
 ];
 
 /// Publisher slot indices.
@@ -153,6 +155,8 @@ const BUS_ERRORS: usize = 0;
 const BUS_ASYNC_EVENTS: usize = 1;
 const BUS_COMPLETION_ERRORS: usize = 2;
 const BUS_ERRORS_UNLOGGED: usize = 3;
+const BUS_MR_REGISTRATIONS: usize = 4;
+const BUS_MR_DEREGISTRATIONS: usize = 5;
 
 /// The counter name of each drop reason, in [`DropReason::ALL`] order.
 pub const DROP_NAMES: [&str; 24] = [
@@ -484,6 +488,19 @@ pub fn note_completion_error(status: u32, text: &str) {
     }
 }
 
+/// Counts a memory registration (`registered`) or deregistration of an
+/// RDMA device in every bus of this process: open and close time only.
+pub fn note_memory_region(registered: bool) {
+    let slot = if registered {
+        BUS_MR_REGISTRATIONS
+    } else {
+        BUS_MR_DEREGISTRATIONS
+    };
+    for b in live().iter().filter_map(Weak::upgrade) {
+        b.file.add(b.bus_base + slot, 1);
+    }
+}
+
 /// The slots of one handle.
 #[derive(Debug)]
 pub struct Slots {
@@ -753,8 +770,14 @@ mod tests {
             12,
             "a send failed: work completion status 12 (transport retry counter exceeded)",
         );
+        note_memory_region(true);
+        note_memory_region(true);
+        note_memory_region(false);
         let r = CountersReader::open(&path).unwrap();
         assert_eq!(value(&r, "pub.md.errors"), 3, "every error is counted");
+        // At least: RDMA tests running beside this one count theirs too.
+        assert!(value(&r, "bus.test-errors.mr_registrations") >= 2);
+        assert!(value(&r, "bus.test-errors.mr_deregistrations") >= 1);
         assert_eq!(value(&r, "wc.12.completion_errors"), 1);
         let log = r.errors();
         assert_eq!(
