@@ -6,10 +6,12 @@
 //! | --- | --- |
 //! | [`snapshot`] | the buses of a directory: owner, alive or stale, counters, error log; rates between samples |
 //! | [`sysfs`] | `/sys/class/infiniband/DEV/ports/N/{counters,hw_counters}` of the ports buses use |
+//! | [`procfs`] | the UDP sockets of a bus's process: receive queue, kernel drops (`/proc/PID/net/udp`) |
 //! | [`metrics`] | label → metric family and labels; the OpenMetrics exposition |
 //! | [`render`] | the text, JSON and error-log views |
 
 pub mod metrics;
+pub mod procfs;
 pub mod render;
 pub mod snapshot;
 pub mod sysfs;

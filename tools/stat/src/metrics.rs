@@ -21,7 +21,9 @@
 //! owner's name) and `pid`. Counters are exposed as `<family>_total`,
 //! gauges as `<family>`; the RDMA port counters from sysfs as
 //! `mdbus_rdma_port_<name>_total{device,port}` (hw_counters as
-//! `mdbus_rdma_port_hw_<name>_total`), and each bus's liveness as
+//! `mdbus_rdma_port_hw_<name>_total`), the kernel's figures of each
+//! bus's UDP sockets as `mdbus_udp_socket_drops_total{local}` and
+//! `mdbus_udp_socket_rx_queue_bytes{local}`, and each bus's liveness as
 //! `mdbus_bus_up`.
 
 use std::collections::BTreeMap;
@@ -160,6 +162,25 @@ fn families(buses: &[Bus], ports: &[Port]) -> BTreeMap<String, Family> {
                 "an mdbus counter (see docs/OPERATIONS.md)",
                 labels_text(&labels),
                 c.value,
+            );
+        }
+        for u in &b.udp {
+            let mut labels = base.clone();
+            labels.push(("local", u.local.clone()));
+            let labels = labels_text(&labels);
+            add(
+                "mdbus_udp_socket_drops".into(),
+                Kind::Counter,
+                "datagrams the kernel dropped at a bus's UDP socket (receive buffer full)",
+                labels.clone(),
+                u.drops,
+            );
+            add(
+                "mdbus_udp_socket_rx_queue_bytes".into(),
+                Kind::Gauge,
+                "bytes waiting in a bus's UDP socket's receive buffer",
+                labels,
+                u.rx_queue_bytes,
             );
         }
     }

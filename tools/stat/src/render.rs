@@ -63,6 +63,13 @@ pub fn text(buses: &[Bus], ports: &[Port], now_ns: u64) -> String {
                 }
             }
         }
+        for u in &b.udp {
+            let _ = writeln!(
+                out,
+                "  udp socket {}: {} dropped by the kernel, {} bytes queued",
+                u.local, u.drops, u.rx_queue_bytes
+            );
+        }
     }
     for p in ports {
         let _ = writeln!(out, "\nRDMA {} port {} (sysfs)", p.device, p.port);
@@ -87,7 +94,8 @@ fn bus_head(b: &Bus) -> Map<String, Value> {
 
 /// One JSON object: `{"schema", "tool", "time_ns", "buses": [{"path",
 /// "name", "pid", "state", "start_ns", "updated_ns", "counters": {LABEL:
-/// {"value", "kind", "per_sec"}}}], "devices": [{"device", "port",
+/// {"value", "kind", "per_sec"}}, "udp_sockets": [{"local", "drops",
+/// "rx_queue_bytes"}]}], "devices": [{"device", "port",
 /// "counters": {NAME: VALUE}}]}` (`per_sec` only for counters, from the
 /// second sample).
 pub fn json(buses: &[Bus], ports: &[Port], now_ns: u64) -> Value {
@@ -112,6 +120,12 @@ pub fn json(buses: &[Bus], ports: &[Port], now_ns: u64) -> Value {
                 })
                 .collect();
             m.insert("counters".into(), Value::Object(counters));
+            let udp: Vec<Value> = b
+                .udp
+                .iter()
+                .map(|u| json!({"local": u.local, "drops": u.drops, "rx_queue_bytes": u.rx_queue_bytes}))
+                .collect();
+            m.insert("udp_sockets".into(), Value::Array(udp));
             Value::Object(m)
         })
         .collect();

@@ -43,9 +43,20 @@ pub struct Bus {
     pub errors: Vec<Entry>,
     /// Distinct errors the full log could not keep.
     pub errors_lost: u64,
+    /// The UDP sockets of the owner process (filled by
+    /// [`Bus::read_udp`]).
+    pub udp: Vec<crate::procfs::UdpSocket>,
 }
 
 impl Bus {
+    /// Reads the kernel's figures of the owner's UDP sockets from `proc`
+    /// (`/proc`), for a live owner.
+    pub fn read_udp(&mut self, proc: &Path) {
+        if self.alive {
+            self.udp = crate::procfs::udp_sockets(proc, self.pid);
+        }
+    }
+
     /// "alive" or "stale".
     pub fn state(&self) -> &'static str {
         if self.alive {
@@ -139,6 +150,7 @@ impl Sampler {
             counters,
             errors: r.errors(),
             errors_lost: r.errors_lost(),
+            udp: Vec::new(),
         };
         self.previous.insert(path.to_path_buf(), (now, values));
         Ok(bus)

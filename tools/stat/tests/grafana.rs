@@ -91,10 +91,26 @@ fn emitted() -> BTreeSet<String> {
     }
     std::fs::write(port.join("hw_counters/rnr_nak_retry_err"), "0\n").unwrap();
 
+    // One UDP socket of this process, in a fake /proc.
+    let me = dir.join("proc").join(std::process::id().to_string());
+    std::fs::create_dir_all(me.join("fd")).unwrap();
+    std::fs::create_dir_all(me.join("net")).unwrap();
+    std::os::unix::fs::symlink("socket:[9]", me.join("fd/3")).unwrap();
+    std::fs::write(
+        me.join("net/udp"),
+        "sl local rem st q q tr tm uid timeout inode ref pointer drops\n\
+         1: 0100007F:1F90 00000000:0000 07 00000000:00000000 00:00000000 00000000 0 0 9 2 0 1\n",
+    )
+    .unwrap();
+
     let mut sampler = Sampler::new();
     let buses: Vec<_> = counters_files(&[counters])
         .iter()
-        .map(|p| sampler.sample(p).unwrap())
+        .map(|p| {
+            let mut b = sampler.sample(p).unwrap();
+            b.read_udp(&dir.join("proc"));
+            b
+        })
         .collect();
     let ports: Vec<_> = mdbus_stat::snapshot::ports_in_use(&buses)
         .into_iter()

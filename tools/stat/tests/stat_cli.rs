@@ -137,6 +137,22 @@ fn fake_sysfs(scratch: &Scratch) -> PathBuf {
     root
 }
 
+/// A fake /proc with one UDP socket of process `pid`.
+fn fake_proc(scratch: &Scratch, pid: u32) -> PathBuf {
+    let root = scratch.0.join("proc");
+    let p = root.join(pid.to_string());
+    std::fs::create_dir_all(p.join("fd")).unwrap();
+    std::fs::create_dir_all(p.join("net")).unwrap();
+    std::os::unix::fs::symlink("socket:[777]", p.join("fd/5")).unwrap();
+    std::fs::write(
+        p.join("net/udp"),
+        "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+         \x20 1: 030201EF:1F90 00000000:0000 07 00000000:00000100 00:00000000 00000000     0        0 777 2 0000000000000000 5\n",
+    )
+    .unwrap();
+    root
+}
+
 #[test]
 fn a_live_bus_is_listed_and_shown_as_text_json_and_openmetrics() {
     let scratch = Scratch::new("live");
@@ -254,6 +270,25 @@ fn a_live_bus_is_listed_and_shown_as_text_json_and_openmetrics() {
         sys.to_str().unwrap(),
     ]);
     assert_eq!(v["devices"][0]["counters"]["hw_rnr_nak_retry_err"], 6);
+
+    // The kernel's drops at the bus's UDP sockets, from a fake /proc.
+    let proc = fake_proc(&scratch, pid);
+    let p = proc.to_str().unwrap();
+    let v = json(&["--dir", d, "--json", "--proc-root", p]);
+    assert_eq!(
+        v["buses"][0]["udp_sockets"],
+        serde_json::json!([{"local": "239.1.2.3:8080", "drops": 5, "rx_queue_bytes": 256}])
+    );
+    let om = stat_ok(&["--dir", d, "--openmetrics", "--proc-root", p]);
+    let want = format!(
+        "mdbus_udp_socket_drops_total{{bus=\"child-live\",pid=\"{pid}\",local=\"239.1.2.3:8080\"}} 5"
+    );
+    assert!(om.contains(&want), "no `{want}` in\n{om}");
+    let text = stat_ok(&["--dir", d, "--proc-root", p]);
+    assert!(
+        text.contains("udp socket 239.1.2.3:8080: 5 dropped by the kernel, 256 bytes queued"),
+        "{text}"
+    );
 
     // --listen serves the same text at GET /metrics.
     let mut server = Command::new(STAT)

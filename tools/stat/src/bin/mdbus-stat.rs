@@ -36,8 +36,8 @@ counters and an error log in a small shared-memory file in the counters director
 Without FILE, every bus of the directory whose process runs is shown; FILE names counters files \
 (such as mdbus-relay's own, /dev/shm/mdbus-relay.counters). Rates per second are shown for \
 counters, never for gauges. The RDMA ports the buses use (and those named with --device) are \
-read from sysfs. A named FILE that is missing, not a counters file, or whose owner has exited \
-(stale) is an error (exit status 1), except with --errors, which reads stale files too.",
+read from sysfs, the kernel's drops at the buses' UDP sockets from /proc. A named FILE that is \
+missing, not a counters file, or whose owner has exited (stale) is an error (exit status 1), except with --errors, which reads stale files too.",
     after_help = EXIT_CODES_HELP,
     args_conflicts_with_subcommands = true
 )]
@@ -97,6 +97,11 @@ struct Cli {
     /// Root of the sysfs tree the RDMA counters are read from.
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
+
+    /// Root of the procfs tree the buses' UDP socket figures (kernel
+    /// drops, receive queue) are read from.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    proc_root: PathBuf,
 
     /// Accepted for compatibility: one sample is the default.
     #[arg(long, hide = true)]
@@ -271,6 +276,7 @@ struct Source {
     filter: Option<regex::Regex>,
     devices: Vec<(String, u8)>,
     sysfs_root: PathBuf,
+    proc_root: PathBuf,
 }
 
 impl Source {
@@ -300,6 +306,9 @@ impl Source {
                 // damaged: `list` names it; the view goes on without it.
                 Err(_) => {}
             }
+        }
+        for b in &mut buses {
+            b.read_udp(&self.proc_root);
         }
         let mut ports = snapshot::ports_in_use(&buses);
         for d in &self.devices {
@@ -387,6 +396,7 @@ fn main() -> ExitCode {
         filter,
         devices: cli.device.clone(),
         sysfs_root: cli.sysfs_root.clone(),
+        proc_root: cli.proc_root.clone(),
     };
     if let Some(addr) = &cli.listen {
         return serve(addr, &source);
