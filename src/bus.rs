@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::config::{Config, StreamConfig, TransportKind};
+use crate::counters::registry::{BusCounters, Role, Slots};
 use crate::error::{Error, Result};
 use crate::names;
 use crate::service::{Datagram, ServiceThread};
@@ -24,15 +25,38 @@ pub struct Bus {
     /// The service thread (`[service] thread = true`); stops when the last
     /// clone of the bus is dropped.
     service: Option<Arc<ServiceThread>>,
+    /// The bus's counters file (`[counters] enabled`); none when disabled
+    /// or when it could not be created (logged).
+    counters: Option<Arc<BusCounters>>,
 }
 
 impl Bus {
     /// Checks `config` and resolves `transport = "auto"`.
     pub fn new(config: Config) -> Result<Bus> {
         config.validate("<config>")?;
+        let counters = if config.counters.enabled {
+            match BusCounters::create(&config.counters, &config.shm.prefix) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    // Counting must not stop trading: the bus runs, unseen.
+                    log::warn!(
+                        "this bus runs without a counters file (mdbus-stat will not see it): {e}"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let note = |p: &verbs::ActivePort| {
+            if let Some(c) = &counters {
+                c.note_port(&p.device, p.port);
+            }
+        };
         let transport = match config.transport {
             TransportKind::Auto => match verbs::detect(&config.verbs) {
                 Ok(p) => {
+                    note(&p);
                     log::info!("transport auto: using verbs: {}", describe_port(&p));
                     TransportKind::Verbs
                 }
@@ -43,6 +67,7 @@ impl Bus {
             },
             TransportKind::Verbs => match verbs::detect(&config.verbs) {
                 Ok(p) => {
+                    note(&p);
                     log::info!("transport verbs: {}", describe_port(&p));
                     TransportKind::Verbs
                 }
@@ -67,7 +92,32 @@ impl Bus {
             config: Arc::new(config),
             transport,
             service,
+            counters,
         })
+    }
+
+    /// The path of the bus's counters file, when it has one.
+    pub fn counters_path(&self) -> Option<&std::path::Path> {
+        self.counters.as_ref().map(|c| c.file().path())
+    }
+
+    /// The bus's counters file, when it has one (tools add their own
+    /// errors to its log with [`BusCounters::record_error`]).
+    pub fn counters(&self) -> Option<&Arc<BusCounters>> {
+        self.counters.as_ref()
+    }
+
+    /// Slots for a new handle; none when the bus has no counters file or
+    /// it is full (logged: the handle works, uncounted).
+    fn slots(&self, role: Role, name: &str) -> Option<Slots> {
+        let c = self.counters.as_ref()?;
+        match c.open(role, name) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::warn!("{name} is not counted: {e}");
+                None
+            }
+        }
     }
 
     /// The configuration in force.
@@ -106,7 +156,12 @@ impl Bus {
             (Some(s), PublisherImpl::Ud(p)) => PublisherImpl::Served(s.serve(Datagram::Ud(p))),
             (_, inner) => inner,
         };
-        Ok(Publisher::new(inner, name, cfg.timestamps))
+        Ok(Publisher::new(
+            inner,
+            name,
+            cfg.timestamps,
+            self.slots(Role::Publisher, name),
+        ))
     }
 
     /// Subscribes to stream `name`, waiting up to `shm.attach_timeout` for
@@ -128,7 +183,12 @@ impl Bus {
             )?),
             other => return Err(self.no_streams(other)),
         };
-        Ok(Subscriber::new(inner, name, cfg.poll_batch))
+        Ok(Subscriber::new(
+            inner,
+            name,
+            cfg.poll_batch,
+            self.slots(Role::Subscriber, name),
+        ))
     }
 
     /// Offers session `name` and waits up to its `connect_timeout` for the
@@ -200,6 +260,7 @@ impl Bus {
             cfg.timestamps,
             cfg.poll_batch,
             self.config.threads.wait,
+            self.slots(Role::Session, name),
         )
     }
 }

@@ -7,20 +7,32 @@
 //! file read-only and loads them. Nobody takes a lock or makes a system
 //! call per update, so the owner can update counters from a hot path.
 //!
-//! Layout (little-endian, offsets in bytes):
+//! Layout (little-endian, offsets in bytes; version 2):
 //!
 //! | offset | what |
 //! | --- | --- |
 //! | 0 | magic `MDBUSCNT` |
-//! | 8 | layout version (u32), number of slots (u32) |
-//! | 16 | slot size (u32, 64), header size (u32, 256) |
-//! | 24 | owner pid (u32), reserved (u32) |
+//! | 8 | layout version (u32), slot capacity (u32) |
+//! | 16 | slot size (u32, 128), header size (u32, 256) |
+//! | 24 | owner pid (u32), error-log entries (u32) |
 //! | 32 | owner process start time, clock ticks since boot (u64) |
 //! | 40 | owner start time, ns since the Unix epoch (u64) |
 //! | 48 | FNV-1a checksum of bytes 0..48 (u64) |
 //! | 64 | owner name, 64 bytes, NUL-padded UTF-8 |
 //! | 128 | last update, ns since the Unix epoch (atomic u64, the owner's [`CountersFile::touch`]) |
-//! | 256 + 64·i | slot i: value (atomic u64), label length (u8), label (up to 55 bytes of UTF-8) |
+//! | 136 | slots in use (atomic u64): the labels of slots below it are final |
+//! | 144 | error-log entries in use (atomic u64) |
+//! | 152 | distinct errors not logged because the log was full (atomic u64) |
+//! | 256 + 128·i | slot i: value (atomic u64), kind (u8: 0 counter, 1 gauge), label length (u8), label (up to 118 bytes of UTF-8) |
+//! | 256 + 128·capacity + 256·j | error-log entry j (see [`errorlog`]) |
+//!
+//! Slots are handed out while the owner runs ([`CountersFile::allocate`],
+//! when a stream or session opens): the owner writes the labels of the new
+//! slots, then publishes them by raising the in-use count (release); a
+//! reader loads the count (acquire) and reads labels only below it, so a
+//! label is never read while it is written and never changes afterwards.
+//! Each slot is 128 bytes, two cache lines, so counters of different
+//! threads never share a line.
 //!
 //! The file is built under a temporary name, mode 0600, and renamed into
 //! place without replacing anything ([`crate::sys::file::create_published`]),
@@ -53,23 +65,27 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::sys::file::{self, checksum, Distrust, FileError, FileId, MapOptions, OpenError};
 use crate::sys::leftovers::Format;
 use crate::sys::map::{Access, Mapping};
 use crate::sys::process::{process_alive, Creator};
 
+pub mod errorlog;
+pub mod registry;
+
 /// First eight bytes of every counters file.
 pub const MAGIC: [u8; 8] = *b"MDBUSCNT";
 /// Layout version written and read by this build.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of the header, before the first slot.
 pub const HEADER_BYTES: usize = 256;
 /// Bytes per slot.
-pub const SLOT_BYTES: usize = 64;
+pub const SLOT_BYTES: usize = 128;
 /// Longest label, in bytes.
-pub const MAX_LABEL: usize = SLOT_BYTES - 9;
+pub const MAX_LABEL: usize = SLOT_BYTES - 10;
 /// Longest owner name, in bytes.
 pub const MAX_OWNER_NAME: usize = 64;
 /// Most slots a file may have.
@@ -80,11 +96,59 @@ const OFF_SLOTS: usize = 12;
 const OFF_SLOT_SIZE: usize = 16;
 const OFF_HEADER_SIZE: usize = 20;
 const OFF_PID: usize = 24;
+const OFF_ERROR_ENTRIES: usize = 28;
 const OFF_PROC_START: usize = 32;
 const OFF_START_NS: usize = 40;
 const OFF_CHECKSUM: usize = 48;
 const OFF_NAME: usize = 64;
 const OFF_UPDATED: usize = 128;
+const OFF_USED: usize = 136;
+const OFF_ERRORS_USED: usize = 144;
+const OFF_ERRORS_LOST: usize = 152;
+/// Slot offsets: the kind byte and the label length byte.
+const SLOT_KIND: usize = 8;
+const SLOT_LABEL_LEN: usize = 9;
+const SLOT_LABEL: usize = 10;
+
+/// What a slot holds, which decides how a reader shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A count that only grows (messages, bytes, drops): readers show its
+    /// rate, and OpenMetrics calls it a counter (`_total`).
+    Counter,
+    /// A level that goes up and down or a latest value (last sequence,
+    /// latency percentile, open or not): shown as it is, never as a rate.
+    Gauge,
+}
+
+impl Kind {
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Counter => 0,
+            Kind::Gauge => 1,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            0 => Some(Kind::Counter),
+            1 => Some(Kind::Gauge),
+            _ => None,
+        }
+    }
+
+    /// The kind [`CountersFile::create`] gives a label it is not told:
+    /// a gauge when its last dot-separated part ends in `_ns` (latencies),
+    /// starts with `last_` or is `open`; a counter otherwise.
+    pub fn infer(label: &str) -> Kind {
+        let last = label.rsplit('.').next().unwrap_or(label);
+        if last.ends_with("_ns") || last.starts_with("last_") || last == "open" {
+            Kind::Gauge
+        } else {
+            Kind::Counter
+        }
+    }
+}
 
 /// Why a counters file cannot be created or read.
 #[derive(Debug, thiserror::Error)]
@@ -212,31 +276,83 @@ fn bytes(map: &Mapping, offset: usize, len: usize) -> &[u8] {
 pub struct CountersFile {
     path: PathBuf,
     map: Mapping,
-    slots: usize,
+    capacity: usize,
+    error_entries: usize,
+    /// Serialises [`CountersFile::allocate`] and the error log's writers
+    /// (open time and error paths, never per message).
+    writers: Mutex<()>,
+    /// Leave the file behind on drop (it holds errors worth reading).
+    keep: AtomicBool,
     id: FileId,
 }
 
 // SAFETY: shared references only store or load through atomics (values,
-// the update time); the rest of the mapping is not touched after creation.
+// counts, the error log's words); labels are written under `writers` into
+// slots no reader looks at before they are published.
 unsafe impl Sync for CountersFile {}
 
 impl std::fmt::Debug for CountersFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CountersFile")
             .field("path", &self.path)
-            .field("slots", &self.slots)
+            .field("capacity", &self.capacity)
             .finish()
     }
 }
 
+/// Checks a label: at most [`MAX_LABEL`] bytes.
+fn check_label(path: &Path, label: &str) -> Result<(), CountersError> {
+    if label.len() > MAX_LABEL {
+        return Err(CountersError::BadLabel {
+            path: path.to_path_buf(),
+            what: format!("label `{label}` is longer than {MAX_LABEL} bytes"),
+        });
+    }
+    Ok(())
+}
+
+/// Writes slot `i`'s kind and label.
+///
+/// # Safety
+/// No reader may read slot `i`'s label yet (it is not published), and no
+/// other writer writes it.
+unsafe fn write_label(map: &Mapping, i: usize, label: &str, kind: Kind) {
+    let mut slot = [0u8; SLOT_BYTES - 8];
+    slot[SLOT_KIND - 8] = kind.byte();
+    slot[SLOT_LABEL_LEN - 8] = label.len() as u8;
+    slot[SLOT_LABEL - 8..SLOT_LABEL - 8 + label.len()].copy_from_slice(label.as_bytes());
+    let at = HEADER_BYTES + i * SLOT_BYTES + 8;
+    assert!(at + slot.len() <= map.len());
+    // SAFETY: inside the mapping (checked above); the caller promises no
+    // one else touches these bytes now. The value word (first 8 bytes of
+    // the slot) is left alone.
+    unsafe { std::ptr::copy_nonoverlapping(slot.as_ptr(), map.as_ptr().add(at), slot.len()) };
+}
+
 impl CountersFile {
-    /// Creates the file at `path` with one zeroed slot per label, replacing
-    /// a stale file left by an owner that exited; fails with
-    /// [`CountersError::InUse`] when a live process owns it.
+    /// Creates the file at `path` with one zeroed slot per label (kinds by
+    /// [`Kind::infer`]), replacing a stale file left by an owner that
+    /// exited; fails with [`CountersError::InUse`] when a live process owns
+    /// it.
     pub fn create(
         path: impl AsRef<Path>,
         owner_name: &str,
         labels: &[&str],
+    ) -> Result<CountersFile, CountersError> {
+        let f = CountersFile::with_capacity(path, owner_name, labels.len(), 0)?;
+        let defs: Vec<(&str, Kind)> = labels.iter().map(|l| (*l, Kind::infer(l))).collect();
+        f.allocate(&defs)?;
+        Ok(f)
+    }
+
+    /// Creates the file at `path` with room for `capacity` slots, none in
+    /// use yet ([`CountersFile::allocate`] hands them out), and an error
+    /// log of `error_entries` distinct errors.
+    pub fn with_capacity(
+        path: impl AsRef<Path>,
+        owner_name: &str,
+        capacity: usize,
+        error_entries: usize,
     ) -> Result<CountersFile, CountersError> {
         let path = path.as_ref().to_path_buf();
         if owner_name.len() > MAX_OWNER_NAME {
@@ -245,36 +361,34 @@ impl CountersFile {
                 what: format!("owner name `{owner_name}` is longer than {MAX_OWNER_NAME} bytes"),
             });
         }
-        if labels.len() > MAX_SLOTS {
+        if capacity > MAX_SLOTS || error_entries > errorlog::MAX_ENTRIES {
             return Err(CountersError::BadLabel {
                 path,
-                what: format!("{} counters, at most {MAX_SLOTS} allowed", labels.len()),
-            });
-        }
-        if let Some(l) = labels.iter().find(|l| l.len() > MAX_LABEL) {
-            return Err(CountersError::BadLabel {
-                path,
-                what: format!("label `{l}` is longer than {MAX_LABEL} bytes"),
+                what: format!(
+                    "{capacity} counters and {error_entries} error entries, at most {MAX_SLOTS} and {} allowed",
+                    errorlog::MAX_ENTRIES
+                ),
             });
         }
         // Two creators racing for one path both find it free; the loser's
         // publish finds the winner's file. Look again once, so it gets the
         // same answer as a creator that came later (InUse, naming the pid).
-        match Self::create_once(path.clone(), owner_name, labels) {
+        match Self::create_once(path.clone(), owner_name, capacity, error_entries) {
             Err(CountersError::Io { ref source, .. })
                 if source.kind() == io::ErrorKind::AlreadyExists =>
             {
-                Self::create_once(path, owner_name, labels)
+                Self::create_once(path, owner_name, capacity, error_entries)
             }
             other => other,
         }
     }
 
-    /// One attempt of [`CountersFile::create`], its arguments checked.
+    /// One attempt of [`CountersFile::with_capacity`], its arguments checked.
     fn create_once(
         path: PathBuf,
         owner_name: &str,
-        labels: &[&str],
+        capacity: usize,
+        error_entries: usize,
     ) -> Result<CountersFile, CountersError> {
         match CountersReader::open_strict(&path) {
             Ok(old) if old.owner_alive() => {
@@ -313,20 +427,21 @@ impl CountersFile {
             }
         }
 
-        let len = HEADER_BYTES + labels.len() * SLOT_BYTES;
+        let len = file_len(capacity, error_entries);
         let me = Creator::me();
         let published =
             file::create_published::<CountersError>(&path, len, MapOptions::default(), |map| {
                 let mut header = [0u8; HEADER_BYTES];
                 header[0..8].copy_from_slice(&MAGIC);
                 header[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
-                header[OFF_SLOTS..OFF_SLOTS + 4]
-                    .copy_from_slice(&(labels.len() as u32).to_le_bytes());
+                header[OFF_SLOTS..OFF_SLOTS + 4].copy_from_slice(&(capacity as u32).to_le_bytes());
                 header[OFF_SLOT_SIZE..OFF_SLOT_SIZE + 4]
                     .copy_from_slice(&(SLOT_BYTES as u32).to_le_bytes());
                 header[OFF_HEADER_SIZE..OFF_HEADER_SIZE + 4]
                     .copy_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
                 header[OFF_PID..OFF_PID + 4].copy_from_slice(&me.pid.to_le_bytes());
+                header[OFF_ERROR_ENTRIES..OFF_ERROR_ENTRIES + 4]
+                    .copy_from_slice(&(error_entries as u32).to_le_bytes());
                 header[OFF_PROC_START..OFF_PROC_START + 8].copy_from_slice(&me.start.to_le_bytes());
                 header[OFF_START_NS..OFF_START_NS + 8]
                     .copy_from_slice(&crate::clock::now_ns().to_le_bytes());
@@ -339,26 +454,15 @@ impl CountersFile {
                 unsafe {
                     std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), HEADER_BYTES)
                 };
-                for (i, label) in labels.iter().enumerate() {
-                    let mut slot = [0u8; SLOT_BYTES];
-                    slot[8] = label.len() as u8;
-                    slot[9..9 + label.len()].copy_from_slice(label.as_bytes());
-                    // SAFETY: slot i lies inside the mapping (len counts
-                    // every slot), still private to us.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            slot.as_ptr(),
-                            map.as_ptr().add(HEADER_BYTES + i * SLOT_BYTES),
-                            SLOT_BYTES,
-                        )
-                    };
-                }
                 Ok(())
             })?;
         Ok(CountersFile {
             path,
             map: published.mapping,
-            slots: labels.len(),
+            capacity,
+            error_entries,
+            writers: Mutex::new(()),
+            keep: AtomicBool::new(false),
             id: published.id,
         })
     }
@@ -368,18 +472,64 @@ impl CountersFile {
         &self.path
     }
 
-    /// Number of slots.
+    /// Number of slots in use.
     pub fn len(&self) -> usize {
-        self.slots
+        self.used()
     }
 
-    /// True when the file has no slots.
+    /// True when no slot is in use.
     pub fn is_empty(&self) -> bool {
-        self.slots == 0
+        self.used() == 0
     }
 
+    /// Slots the file has room for.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn used(&self) -> usize {
+        (self.map.atomic_u64(OFF_USED).load(Ordering::Acquire) as usize).min(self.capacity)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guarded data is the file, consistent after any panic.
+        self.writers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands out one slot per definition, consecutive, labelled and zeroed
+    /// counts as they were; returns the first slot's index. Takes a lock:
+    /// call it when a stream or session opens, not per message.
+    pub fn allocate(&self, defs: &[(&str, Kind)]) -> Result<usize, CountersError> {
+        for (label, _) in defs {
+            check_label(&self.path, label)?;
+        }
+        let _g = self.lock();
+        let base = self.used();
+        if base + defs.len() > self.capacity {
+            return Err(CountersError::BadLabel {
+                path: self.path.clone(),
+                what: format!(
+                    "{} more counters do not fit: {base} of {} slots are in use (raise counters.slots)",
+                    defs.len(),
+                    self.capacity
+                ),
+            });
+        }
+        for (k, (label, kind)) in defs.iter().enumerate() {
+            // SAFETY: slots at and above `used` are not published, and
+            // `writers` is held: nobody reads or writes their labels.
+            unsafe { write_label(&self.map, base + k, label, *kind) };
+        }
+        // Release: a reader that sees the new count sees the labels.
+        self.map
+            .atomic_u64(OFF_USED)
+            .store((base + defs.len()) as u64, Ordering::Release);
+        Ok(base)
+    }
+
+    #[inline]
     fn slot(&self, i: usize) -> Option<&AtomicU64> {
-        (i < self.slots).then(|| self.map.atomic_u64(HEADER_BYTES + i * SLOT_BYTES))
+        (i < self.capacity).then(|| self.map.atomic_u64(HEADER_BYTES + i * SLOT_BYTES))
     }
 
     /// Stores `value` in slot `i` (ignored when `i` is out of range).
@@ -389,6 +539,15 @@ impl CountersFile {
             // Release: a reader that sees the value sees the owner's
             // earlier stores too (e.g. the counts a rate is taken against).
             w.store(value, Ordering::Release);
+        }
+    }
+
+    /// Stores `value` in slot `i` with no ordering: the cheapest update,
+    /// for a slot only its owner's thread writes (a plain `mov` on x86).
+    #[inline]
+    pub fn set_relaxed(&self, i: usize, value: u64) {
+        if let Some(w) = self.slot(i) {
+            w.store(value, Ordering::Relaxed);
         }
     }
 
@@ -413,13 +572,46 @@ impl CountersFile {
             .atomic_u64(OFF_UPDATED)
             .store(now_ns, Ordering::Release);
     }
+
+    /// Records `text` in the error log at `now_ns`: a new entry the first
+    /// time, otherwise its count and last time. Returns false when the log
+    /// has no room for another distinct error (it is counted as lost).
+    /// Takes a lock and may allocate nothing but is meant for error paths.
+    pub fn record_error(&self, text: &str, now_ns: u64) -> bool {
+        let _g = self.lock();
+        let log = errorlog::Log::new(&self.map, self.error_region(), self.error_entries);
+        let used = self.map.atomic_u64(OFF_ERRORS_USED);
+        let ok = log.record(used, text, now_ns);
+        if !ok {
+            self.map
+                .atomic_u64(OFF_ERRORS_LOST)
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Keep the file when the owner drops it (default: removed), so that
+    /// what it recorded can be read after the process ended.
+    pub fn keep_on_drop(&self, keep: bool) {
+        self.keep.store(keep, Ordering::Relaxed);
+    }
+
+    fn error_region(&self) -> usize {
+        HEADER_BYTES + self.capacity * SLOT_BYTES
+    }
+}
+
+/// Bytes of a file with `capacity` slots and `error_entries` log entries.
+fn file_len(capacity: usize, error_entries: usize) -> usize {
+    HEADER_BYTES + capacity * SLOT_BYTES + error_entries * errorlog::ENTRY_BYTES
 }
 
 impl Drop for CountersFile {
     fn drop(&mut self) {
         // An orderly owner removes its file (if it is still this one), so
-        // only a crashed owner leaves a stale file behind.
-        if self.id.is_at(&self.path) {
+        // only a crashed owner, or one that asked to keep it, leaves one
+        // behind.
+        if !self.keep.load(Ordering::Relaxed) && self.id.is_at(&self.path) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -429,14 +621,16 @@ impl Drop for CountersFile {
 pub struct CountersReader {
     path: PathBuf,
     map: Mapping,
-    slots: usize,
+    capacity: usize,
+    error_entries: usize,
     owner: Owner,
     labels: Vec<String>,
+    kinds: Vec<Kind>,
     id: FileId,
 }
 
-// SAFETY: shared references only load values through atomics; the labels
-// and header were copied out at open.
+// SAFETY: shared references only load values through atomics; labels are
+// copied out (by `&mut self` methods) only below the published count.
 unsafe impl Sync for CountersReader {}
 
 impl std::fmt::Debug for CountersReader {
@@ -444,7 +638,7 @@ impl std::fmt::Debug for CountersReader {
         f.debug_struct("CountersReader")
             .field("path", &self.path)
             .field("owner", &self.owner)
-            .field("slots", &self.slots)
+            .field("slots", &self.labels.len())
             .finish()
     }
 }
@@ -564,11 +758,18 @@ impl CountersReader {
                 u32_at(OFF_HEADER_SIZE)
             )));
         }
-        let slots = u32_at(OFF_SLOTS) as usize;
-        let needed = HEADER_BYTES + slots * SLOT_BYTES;
-        if slots > MAX_SLOTS || size < needed as u64 {
+        let capacity = u32_at(OFF_SLOTS) as usize;
+        let error_entries = u32_at(OFF_ERROR_ENTRIES) as usize;
+        if capacity > MAX_SLOTS || error_entries > errorlog::MAX_ENTRIES {
             return Err(corrupt(format!(
-                "{slots} slots need {needed} bytes, the file has {size}"
+                "{capacity} slots and {error_entries} error entries, at most {MAX_SLOTS} and {} allowed",
+                errorlog::MAX_ENTRIES
+            )));
+        }
+        let needed = file_len(capacity, error_entries);
+        if size < needed as u64 {
+            return Err(corrupt(format!(
+                "{capacity} slots and {error_entries} error entries need {needed} bytes, the file has {size}"
             )));
         }
         let map = Mapping::shared(file.as_fd(), needed, Access::ReadOnly, false).map_err(|e| {
@@ -589,23 +790,46 @@ impl CountersReader {
             start_time_ns: u64_at(OFF_START_NS),
             name: String::from_utf8_lossy(&name_bytes[..name_len]).into_owned(),
         };
-        let mut labels = Vec::with_capacity(slots);
-        for i in 0..slots {
-            let slot = bytes(&map, HEADER_BYTES + i * SLOT_BYTES, SLOT_BYTES);
-            let n = usize::from(slot[8]);
-            if n > MAX_LABEL {
-                return Err(corrupt(format!("slot {i} has a {n}-byte label")));
-            }
-            labels.push(String::from_utf8_lossy(&slot[9..9 + n]).into_owned());
-        }
-        Ok(CountersReader {
+        let mut r = CountersReader {
             path,
             map,
-            slots,
+            capacity,
+            error_entries,
             owner,
-            labels,
+            labels: Vec::new(),
+            kinds: Vec::new(),
             id,
-        })
+        };
+        r.refresh()?;
+        Ok(r)
+    }
+
+    /// Reads the labels of slots the owner allocated since the last call
+    /// (streams and sessions opened meanwhile); true when there were any.
+    pub fn refresh(&mut self) -> Result<bool, CountersError> {
+        let used = self.map.atomic_u64(OFF_USED).load(Ordering::Acquire) as usize;
+        if used > self.capacity {
+            return Err(CountersError::Corrupt {
+                path: self.path.clone(),
+                what: format!("{used} slots in use, the file has {}", self.capacity),
+            });
+        }
+        let before = self.labels.len();
+        for i in before..used {
+            let slot = bytes(&self.map, HEADER_BYTES + i * SLOT_BYTES, SLOT_BYTES);
+            let n = usize::from(slot[SLOT_LABEL_LEN]);
+            let kind = Kind::from_byte(slot[SLOT_KIND]);
+            let (Some(kind), true) = (kind, n <= MAX_LABEL) else {
+                return Err(CountersError::Corrupt {
+                    path: self.path.clone(),
+                    what: format!("slot {i} has kind {} and a {n}-byte label", slot[SLOT_KIND]),
+                });
+            };
+            self.labels
+                .push(String::from_utf8_lossy(&slot[SLOT_LABEL..SLOT_LABEL + n]).into_owned());
+            self.kinds.push(kind);
+        }
+        Ok(used > before)
     }
 
     /// The file's path.
@@ -624,14 +848,14 @@ impl CountersReader {
         process_alive(self.owner.pid, self.owner.process_start)
     }
 
-    /// Number of counters.
+    /// Number of counters (as of the last [`CountersReader::refresh`]).
     pub fn len(&self) -> usize {
-        self.slots
+        self.labels.len()
     }
 
     /// True when the file has no counters.
     pub fn is_empty(&self) -> bool {
-        self.slots == 0
+        self.labels.is_empty()
     }
 
     /// The counters' labels, in slot order.
@@ -644,6 +868,11 @@ impl CountersReader {
         self.labels.get(i).map(String::as_str)
     }
 
+    /// The kind of slot `i`.
+    pub fn kind(&self, i: usize) -> Option<Kind> {
+        self.kinds.get(i).copied()
+    }
+
     /// Slot index of `label`.
     pub fn index_of(&self, label: &str) -> Option<usize> {
         self.labels.iter().position(|l| l == label)
@@ -651,7 +880,7 @@ impl CountersReader {
 
     /// The value of slot `i`.
     pub fn value(&self, i: usize) -> Option<u64> {
-        (i < self.slots).then(|| {
+        (i < self.labels.len()).then(|| {
             self.map
                 .atomic_u64(HEADER_BYTES + i * SLOT_BYTES)
                 .load(Ordering::Acquire)
@@ -660,13 +889,32 @@ impl CountersReader {
 
     /// Every value, in slot order.
     pub fn values(&self) -> Vec<u64> {
-        (0..self.slots).filter_map(|i| self.value(i)).collect()
+        (0..self.labels.len())
+            .filter_map(|i| self.value(i))
+            .collect()
     }
 
     /// When the owner last refreshed the file (ns since the Unix epoch; 0
     /// before its first refresh).
     pub fn updated_ns(&self) -> u64 {
         self.map.atomic_u64(OFF_UPDATED).load(Ordering::Acquire)
+    }
+
+    /// The error log: each distinct error with its first and last time and
+    /// count, in the order they first happened.
+    pub fn errors(&self) -> Vec<errorlog::Entry> {
+        let used = self.map.atomic_u64(OFF_ERRORS_USED).load(Ordering::Acquire) as usize;
+        errorlog::Log::new(
+            &self.map,
+            HEADER_BYTES + self.capacity * SLOT_BYTES,
+            self.error_entries,
+        )
+        .read(used)
+    }
+
+    /// Distinct errors not logged because the log was full.
+    pub fn errors_lost(&self) -> u64 {
+        self.map.atomic_u64(OFF_ERRORS_LOST).load(Ordering::Relaxed)
     }
 }
 
@@ -828,22 +1076,26 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&copy, &bytes[..HEADER_BYTES + SLOT_BYTES]).unwrap();
         let e = CountersReader::open(&copy).unwrap_err();
-        assert!(e.to_string().contains("is corrupt: 2 slots need"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("is corrupt: 2 slots and 0 error entries need"),
+            "{e}"
+        );
         let mut flipped = bytes.clone();
         flipped[OFF_SLOTS] ^= 0x40;
         std::fs::write(&copy, &flipped).unwrap();
         let e = CountersReader::open(&copy).unwrap_err();
         assert!(e.to_string().contains("checksum"), "{e}");
         let mut v2 = bytes;
-        v2[OFF_VERSION] = 2;
+        v2[OFF_VERSION] = 3;
         std::fs::write(&copy, &v2).unwrap();
         let e = CountersReader::open(&copy).unwrap_err();
-        assert!(e.to_string().contains("layout version 2"), "{e}");
+        assert!(e.to_string().contains("layout version 3"), "{e}");
         drop(f);
 
         let long = "x".repeat(MAX_LABEL + 1);
         let e = CountersFile::create(dir.join("l"), "o", &[&long]).unwrap_err();
-        assert!(e.to_string().contains("is longer than 55 bytes"), "{e}");
+        assert!(e.to_string().contains("is longer than 118 bytes"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

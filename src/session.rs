@@ -28,6 +28,7 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::counters::registry::{session as sc, Slots};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::shm::ShmSession;
@@ -78,6 +79,10 @@ pub struct Session {
     batch: usize,
     wait: WaitStrategy,
     stats: SessionStats,
+    bytes_sent: u64,
+    bytes_received: u64,
+    /// This end's slots in the bus's counters file.
+    counters: Option<Slots>,
 }
 
 /// Waits between two liveness checks while the peer has no room.
@@ -90,6 +95,7 @@ impl Session {
         stamp: bool,
         batch: usize,
         wait: WaitStrategy,
+        counters: Option<Slots>,
     ) -> Session {
         Session {
             inner,
@@ -98,7 +104,19 @@ impl Session {
             batch,
             wait,
             stats: SessionStats::default(),
+            bytes_sent: 0,
+            bytes_received: 0,
+            counters,
         }
+    }
+
+    /// Counts an error returned to the application, and passes it on.
+    #[cold]
+    fn count_error(&self, e: Error) -> Error {
+        if let Some(c) = &self.counters {
+            c.error(&e);
+        }
+        e
     }
 
     /// The session's name.
@@ -156,6 +174,9 @@ impl Session {
             if let Some((ptr, len)) = got {
                 if waits > 0 {
                     self.stats.backpressured += 1;
+                    if let Some(c) = &self.counters {
+                        c.set(sc::CREDIT_STALLS, self.stats.backpressured);
+                    }
                 }
                 return Ok(SessionClaim {
                     session: self,
@@ -165,7 +186,9 @@ impl Session {
             }
             waits += 1;
             if waits % CHECK_EVERY_WAITS == 0 {
-                with_end!(&mut self.inner, t => t.check_peer())?;
+                if let Err(e) = with_end!(&mut self.inner, t => t.check_peer()) {
+                    return Err(self.count_error(e));
+                }
             }
             self.wait.wait();
         }
@@ -185,8 +208,23 @@ impl Session {
     /// died or closed and everything it sent has been delivered.
     #[inline]
     pub fn poll<F: FnMut(Message<'_>)>(&mut self, mut f: F) -> Result<usize> {
-        let n = with_end!(&mut self.inner, t => t.poll(self.batch, &mut f))?;
+        let bytes = &mut self.bytes_received;
+        let mut counted = |m: Message<'_>| {
+            *bytes += m.payload.len() as u64;
+            f(m)
+        };
+        let n = match with_end!(&mut self.inner, t => t.poll(self.batch, &mut counted)) {
+            Ok(n) => n,
+            Err(e) => return Err(self.count_error(e)),
+        };
         self.stats.received += n as u64;
+        if let Some(c) = &mut self.counters {
+            if n > 0 {
+                c.set(sc::MESSAGES_RECEIVED, self.stats.received);
+                c.set(sc::BYTES_RECEIVED, self.bytes_received);
+            }
+            c.tick();
+        }
         Ok(n)
     }
 
@@ -203,8 +241,18 @@ impl Session {
             Some(t) => (FLAG_TIMESTAMP, t),
             None => (0, 0),
         };
-        let seq = with_end!(&mut self.inner, t => t.commit(len, flags, ts))?;
+        let seq = match with_end!(&mut self.inner, t => t.commit(len, flags, ts)) {
+            Ok(s) => s,
+            Err(e) => return Err(self.count_error(e)),
+        };
         self.stats.sent += 1;
+        self.bytes_sent += len as u64;
+        if let Some(c) = &self.counters {
+            // Single-writer relaxed stores: no lock, no read-modify-write.
+            c.set(sc::MESSAGES_SENT, self.stats.sent);
+            c.set(sc::BYTES_SENT, self.bytes_sent);
+            c.set(sc::LAST_SEQ_SENT, seq);
+        }
         Ok(seq)
     }
 }

@@ -29,6 +29,7 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::counters::registry::{publisher as pc, subscriber as sc, Slots};
 use crate::error::{Error, Result};
 use crate::message::Event;
 use crate::transport::datagram_stream::{DatagramPublisher, DatagramSubscriber};
@@ -94,15 +95,63 @@ pub struct Publisher {
     name: String,
     stamp: bool,
     published: u64,
+    bytes: u64,
+    /// This handle's slots in the bus's counters file.
+    counters: Option<Slots>,
+}
+
+/// The loss-recovery counters of a publisher's transport.
+fn publisher_recovery(inner: &PublisherImpl) -> Option<crate::recovery::Counters> {
+    match inner {
+        PublisherImpl::Shm(_) => None,
+        PublisherImpl::Udp(t) => Some(t.counters()),
+        PublisherImpl::Ud(t) => Some(t.counters()),
+        PublisherImpl::Served(s) => {
+            let c = match s.enter() {
+                crate::service::Datagram::Udp(t) => t.counters(),
+                crate::service::Datagram::Ud(t) => t.counters(),
+            };
+            s.leave();
+            Some(c)
+        }
+    }
 }
 
 impl Publisher {
-    pub(crate) fn new(inner: PublisherImpl, name: &str, stamp: bool) -> Publisher {
+    pub(crate) fn new(
+        inner: PublisherImpl,
+        name: &str,
+        stamp: bool,
+        counters: Option<Slots>,
+    ) -> Publisher {
         Publisher {
             inner,
             name: name.into(),
             stamp,
             published: 0,
+            bytes: 0,
+            counters,
+        }
+    }
+
+    /// Counts an error returned to the application (cold path).
+    #[cold]
+    fn count_error(&self, e: &Error) {
+        if let Some(c) = &self.counters {
+            c.error(e);
+        }
+    }
+
+    /// Copies the transport's loss-recovery counters into the counters
+    /// file once per [`MIRROR_EVERY`](crate::counters::registry::MIRROR_EVERY) calls.
+    #[inline]
+    fn tick(&mut self) {
+        if let Some(c) = &mut self.counters {
+            if c.tick() {
+                if let Some(r) = publisher_recovery(&self.inner) {
+                    c.mirror(&r);
+                }
+            }
         }
     }
 
@@ -134,19 +183,7 @@ impl Publisher {
     /// served, retransmissions, heartbeats...); `None` on shared memory,
     /// which has nothing to recover.
     pub fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
-        match &self.inner {
-            PublisherImpl::Shm(_) => None,
-            PublisherImpl::Udp(t) => Some(t.counters()),
-            PublisherImpl::Ud(t) => Some(t.counters()),
-            PublisherImpl::Served(s) => {
-                let c = match s.enter() {
-                    crate::service::Datagram::Udp(t) => t.counters(),
-                    crate::service::Datagram::Ud(t) => t.counters(),
-                };
-                s.leave();
-                Some(c)
-            }
-        }
+        publisher_recovery(&self.inner)
     }
 
     /// Claims `len` bytes in the transport's preallocated send buffer. Write
@@ -172,6 +209,7 @@ impl Publisher {
             Ok(c) => c,
             Err(e) => {
                 self.inner.leave();
+                self.count_error(&e);
                 return Err(e);
             }
         };
@@ -197,6 +235,9 @@ impl Publisher {
     pub fn flush(&mut self) -> Result<()> {
         let r = with_pub!(&mut self.inner, t => t.flush());
         self.inner.leave();
+        if let Err(e) = &r {
+            self.count_error(e);
+        }
         r
     }
 
@@ -210,6 +251,10 @@ impl Publisher {
     pub fn service(&mut self) -> Result<()> {
         let r = with_pub!(&mut self.inner, t => t.service());
         self.inner.leave();
+        if let Err(e) = &r {
+            self.count_error(e);
+        }
+        self.tick();
         r
     }
 
@@ -252,8 +297,22 @@ impl Publisher {
         };
         let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts));
         self.inner.leave();
-        let seq = seq?;
+        let seq = match seq {
+            Ok(s) => s,
+            Err(e) => {
+                self.count_error(&e);
+                return Err(e);
+            }
+        };
         self.published += 1;
+        self.bytes += len as u64;
+        if let Some(c) = &self.counters {
+            // Single-writer relaxed stores: no lock, no read-modify-write.
+            c.set(pc::MESSAGES, self.published);
+            c.set(pc::BYTES, self.bytes);
+            c.set(pc::LAST_SEQ, seq);
+        }
+        self.tick();
         Ok(seq)
     }
 }
@@ -345,15 +404,62 @@ pub struct Subscriber {
     name: String,
     batch: usize,
     stats: SubscriberStats,
+    bytes: u64,
+    last_seq: u64,
+    /// This handle's slots in the bus's counters file.
+    counters: Option<Slots>,
 }
 
 impl Subscriber {
-    pub(crate) fn new(inner: SubscriberImpl, name: &str, batch: usize) -> Subscriber {
+    pub(crate) fn new(
+        inner: SubscriberImpl,
+        name: &str,
+        batch: usize,
+        counters: Option<Slots>,
+    ) -> Subscriber {
         Subscriber {
             inner,
             name: name.into(),
             batch,
             stats: SubscriberStats::default(),
+            bytes: 0,
+            last_seq: 0,
+            counters,
+        }
+    }
+
+    /// Stores the counts into the counters file (after a poll that
+    /// delivered something) and, once per
+    /// [`MIRROR_EVERY`](crate::counters::registry::MIRROR_EVERY) polls, the
+    /// transport's loss-recovery counters.
+    #[inline]
+    fn publish_counts(&mut self, delivered: bool, lost: bool) {
+        let Some(c) = &mut self.counters else { return };
+        let s = &self.stats;
+        // Single-writer relaxed stores: no lock, no read-modify-write; only
+        // the slots that changed, so a poll touches three cache lines.
+        if delivered {
+            c.set(sc::MESSAGES, s.received);
+            c.set(sc::BYTES, self.bytes);
+            c.set(sc::LAST_SEQ, self.last_seq);
+        }
+        if lost {
+            c.set(sc::OVERRUNS, s.overruns);
+            c.set(sc::OVERRUN_MESSAGES, s.overrun_messages);
+            c.set(sc::GAPS, s.gaps);
+            c.set(sc::GAP_MESSAGES, s.gap_messages);
+            c.set(sc::SOURCE_GAPS, s.source_gaps);
+            c.set(sc::SOURCE_GAP_MESSAGES, s.source_gap_messages);
+        }
+        if c.tick() {
+            let r = match &self.inner {
+                SubscriberImpl::Shm(_) => None,
+                SubscriberImpl::Udp(t) => Some(t.counters()),
+                SubscriberImpl::Ud(t) => Some(t.counters()),
+            };
+            if let Some(r) = r {
+                c.mirror(&r);
+            }
         }
     }
 
@@ -385,6 +491,10 @@ impl Subscriber {
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, mut f: F) -> Result<usize> {
         let stats = &mut self.stats;
+        let bytes = &mut self.bytes;
+        let last_seq = &mut self.last_seq;
+        let mut delivered = false;
+        let mut lost = false;
         let mut counted = |e: Event<'_>| {
             let e = match e {
                 Event::Message(m) if m.flags & FLAG_SOURCE_GAP != 0 => {
@@ -401,16 +511,24 @@ impl Subscriber {
                 e => e,
             };
             match e {
-                Event::Message(_) => stats.received += 1,
+                Event::Message(ref m) => {
+                    delivered = true;
+                    stats.received += 1;
+                    *bytes += m.payload.len() as u64;
+                    *last_seq = m.seq;
+                }
                 Event::Overrun { from, to } => {
+                    lost = true;
                     stats.overruns += 1;
                     stats.overrun_messages += to - from;
                 }
                 Event::Gap { from, to } => {
+                    lost = true;
                     stats.gaps += 1;
                     stats.gap_messages += to - from;
                 }
                 Event::SourceGap { from, to } => {
+                    lost = true;
                     stats.source_gaps += 1;
                     stats.source_gap_messages += to - from;
                 }
@@ -418,10 +536,15 @@ impl Subscriber {
             }
             f(e)
         };
-        match &mut self.inner {
+        let r = match &mut self.inner {
             SubscriberImpl::Shm(t) => t.poll(self.batch, &mut counted),
             SubscriberImpl::Udp(t) => t.poll(self.batch, &mut counted),
             SubscriberImpl::Ud(t) => t.poll(self.batch, &mut counted),
+        };
+        self.publish_counts(delivered, lost);
+        if let (Err(e), Some(c)) = (&r, &self.counters) {
+            c.error(e);
         }
+        r
     }
 }

@@ -12,6 +12,9 @@
 //! - `mdbus-stream`: two mdbus shared-memory streams, `ping` and `pong` (the
 //!   market-data channel, the same shape as the iceoryx2 run), 32-byte
 //!   payload.
+//! - `mdbus-nocnt`, `mdbus-stream-nocnt`: the same two with the bus's
+//!   counters file off (`[counters] enabled = false`), to show what
+//!   counting costs (the report prints the on/off ratios).
 //!
 //! ```text
 //! cargo bench -p mdbus-benches --bench pingpong
@@ -19,7 +22,7 @@
 //!
 //! Environment: `MDBUS_BENCH_ITERS` (measured round trips, default
 //! 1 000 000), `MDBUS_BENCH_WARMUP` (default 10 000), `MDBUS_BENCH_PEERS`
-//! (subset of `raw,iceoryx2,mdbus,mdbus-stream`), `MDBUS_BENCH_CORES` (two
+//! (subset of `raw,iceoryx2,mdbus,mdbus-stream,mdbus-nocnt,mdbus-stream-nocnt`), `MDBUS_BENCH_CORES` (two
 //! cores, e.g. `2,3`; default: the first two online cores), `MDBUS_BENCH_WAIT`
 //! (`busy-spin`, `spin-hint` or `yield`), `MDBUS_BENCH_JSON` (also append
 //! the JSON lines to this file).
@@ -57,14 +60,20 @@ enum Transport {
     Mdbus,
     /// Two mdbus streams, `ping` and `pong` (the market-data channel).
     MdbusStream,
+    /// `Mdbus` without the bus's counters file.
+    MdbusNoCounters,
+    /// `MdbusStream` without the bus's counters file.
+    MdbusStreamNoCounters,
 }
 
 impl Transport {
-    const ALL: [Transport; 4] = [
+    const ALL: [Transport; 6] = [
         Transport::Raw,
         Transport::Iceoryx2,
         Transport::Mdbus,
         Transport::MdbusStream,
+        Transport::MdbusNoCounters,
+        Transport::MdbusStreamNoCounters,
     ];
 
     fn name(self) -> &'static str {
@@ -73,11 +82,33 @@ impl Transport {
             Transport::Iceoryx2 => "iceoryx2",
             Transport::Mdbus => "mdbus",
             Transport::MdbusStream => "mdbus-stream",
+            Transport::MdbusNoCounters => "mdbus-nocnt",
+            Transport::MdbusStreamNoCounters => "mdbus-stream-nocnt",
         }
     }
 
     fn is_mdbus(self) -> bool {
+        !matches!(self, Transport::Raw | Transport::Iceoryx2)
+    }
+
+    fn is_stream(self) -> bool {
+        matches!(
+            self,
+            Transport::MdbusStream | Transport::MdbusStreamNoCounters
+        )
+    }
+
+    fn counted(self) -> bool {
         matches!(self, Transport::Mdbus | Transport::MdbusStream)
+    }
+
+    /// The same channel with the counters file off.
+    fn uncounted(self) -> Option<Transport> {
+        match self {
+            Transport::Mdbus => Some(Transport::MdbusNoCounters),
+            Transport::MdbusStream => Some(Transport::MdbusStreamNoCounters),
+            _ => None,
+        }
     }
 
     fn pong_role(self) -> String {
@@ -88,7 +119,7 @@ impl Transport {
     fn payload(self) -> usize {
         match self {
             Transport::Raw => std::mem::size_of::<u64>(),
-            Transport::Iceoryx2 | Transport::Mdbus | Transport::MdbusStream => PAYLOAD,
+            _ => PAYLOAD,
         }
     }
 }
@@ -128,7 +159,7 @@ fn ping() -> Result<()> {
         let hist = match transport {
             Transport::Raw => raw_ping(&settings)?,
             Transport::Iceoryx2 => iceoryx2_ping(&settings)?,
-            Transport::Mdbus | Transport::MdbusStream => mdbus_ping(&settings, transport)?,
+            _ => mdbus_ping(&settings, transport)?,
         };
         results.push(Measured {
             transport,
@@ -145,7 +176,7 @@ fn pong(role: &str) -> Result<()> {
     match Transport::ALL.into_iter().find(|t| t.pong_role() == role) {
         Some(Transport::Raw) => raw_pong(&settings),
         Some(Transport::Iceoryx2) => iceoryx2_pong(&settings),
-        Some(t @ (Transport::Mdbus | Transport::MdbusStream)) => mdbus_pong(&settings, t),
+        Some(t) => mdbus_pong(&settings, t),
         None => Err(bench_err!("unknown role {role:?}")),
     }
 }
@@ -178,6 +209,25 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
             }
         }
     }
+    // Counters on / off, same channel.
+    let mut counters = Vec::new();
+    for m in results.iter().filter(|m| m.transport.counted()) {
+        if let Some(off) = m.transport.uncounted().and_then(find) {
+            let (p50, p99, p999) = (
+                ratio(m.rtt.p50, off.p50),
+                ratio(m.rtt.p99, off.p99),
+                ratio(m.rtt.p999, off.p999),
+            );
+            println!(
+                "{:>12} counters on/off p50 x{:.3}  p99 x{:.3}  p99.9 x{:.3}",
+                m.transport.name(),
+                p50.unwrap_or(f64::NAN),
+                p99.unwrap_or(f64::NAN),
+                p999.unwrap_or(f64::NAN)
+            );
+            counters.push((m.transport, p50, p99, p999));
+        }
+    }
     println!();
 
     let mut lines = Vec::new();
@@ -187,6 +237,9 @@ fn report(settings: &Settings, results: &[Measured], clock: Percentiles) -> Resu
         obj["payload"] = m.transport.payload().into();
         for (_, base, p50, p999) in ratios.iter().filter(|r| r.0 == m.transport) {
             obj[format!("vs_{}", base.name())] = serde_json::json!({ "p50": p50, "p999": p999 });
+        }
+        for (_, p50, p99, p999) in counters.iter().filter(|r| r.0 == m.transport) {
+            obj["vs_counters_off"] = serde_json::json!({ "p50": p50, "p99": p99, "p999": p999 });
         }
         lines.push(obj.to_string());
     }
@@ -499,8 +552,9 @@ mod md {
     pub const PING: &str = "ping";
     pub const PONG: &str = "pong";
 
-    pub fn bus() -> Result<mdbus::Bus> {
+    pub fn bus(counters: bool) -> Result<mdbus::Bus> {
         mdbus_benches::mdbus_bus(|cfg| {
+            cfg.counters.enabled = counters;
             cfg.sessions.insert(
                 SESSION.into(),
                 mdbus::config::SessionConfig {
@@ -590,9 +644,9 @@ mod md {
 }
 
 fn mdbus_ping(settings: &Settings, transport: Transport) -> Result<Histogram<u64>> {
-    let bus = md::bus()?;
+    let bus = md::bus(transport.counted())?;
     let mut peer;
-    let mut side = if transport == Transport::MdbusStream {
+    let mut side = if transport.is_stream() {
         let publisher = bus.publisher(md::PING)?;
         peer = Peer::spawn(&transport.pong_role(), settings, None)?;
         let subscriber = bus.subscriber(md::PONG)?;
@@ -611,8 +665,8 @@ fn mdbus_ping(settings: &Settings, transport: Transport) -> Result<Histogram<u64
 }
 
 fn mdbus_pong(settings: &Settings, transport: Transport) -> Result<()> {
-    let bus = md::bus()?;
-    let mut side = if transport == Transport::MdbusStream {
+    let bus = md::bus(transport.counted())?;
+    let mut side = if transport.is_stream() {
         let publisher = bus.publisher(md::PONG)?;
         let subscriber = bus.subscriber(md::PING)?;
         md::Side::Streams {

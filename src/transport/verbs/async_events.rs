@@ -212,16 +212,27 @@ unsafe fn drain(verbs: &Verbs, ctx: *mut ibv_context, rec: &mut Record) {
                 // the event is acknowledged (below).
                 let qpn = unsafe { (*ev.element.qp).qp_num };
                 log::warn!("queue pair {qpn:#x}: {}", event_name(kind));
+                crate::counters::registry::note_async_event(&format!(
+                    "queue pair {qpn:#x}: {}",
+                    event_name(kind)
+                ));
                 rec.qps.push((qpn, kind));
             }
             IBV_EVENT_CQ_ERR => {
                 // SAFETY: for CQ events the element is the CQ.
                 rec.cqs.push(unsafe { ev.element.cq } as usize);
+                crate::counters::registry::note_async_event(
+                    "a completion queue failed (IBV_EVENT_CQ_ERR: overflow or error)",
+                );
             }
             IBV_EVENT_PORT_ERR => {
                 // SAFETY: for port events the element is the port number.
                 let port = unsafe { ev.element.port_num };
                 log::warn!("port {port}: {}", event_name(kind));
+                crate::counters::registry::note_async_event(&format!(
+                    "port {port}: {}",
+                    event_name(kind)
+                ));
                 if let Some(n) = usize::try_from(port)
                     .ok()
                     .and_then(|p| rec.port_errors.get_mut(p))
@@ -231,6 +242,7 @@ unsafe fn drain(verbs: &Verbs, ctx: *mut ibv_context, rec: &mut Record) {
             }
             IBV_EVENT_DEVICE_FATAL => {
                 log::warn!("{}", event_name(kind));
+                crate::counters::registry::note_async_event(event_name(kind));
                 rec.device_fatal = true;
             }
             IBV_EVENT_PORT_ACTIVE => log::info!("a port became active again"),

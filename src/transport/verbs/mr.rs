@@ -106,7 +106,10 @@ impl Region {
         // `access` allows, and Rust only reaches it through raw pointers.
         let mr = unsafe { verbs.reg_mr(pd.as_raw(), mem.as_ptr().cast(), reg, access) };
         match NonNull::new(mr) {
-            Some(mr) => Ok(Region { verbs, mr, mem }),
+            Some(mr) => {
+                crate::counters::registry::note_memory_region(true);
+                Ok(Region { verbs, mr, mem })
+            }
             None => Err(errors::last(
                 format!("ibv_reg_mr of {reg} bytes for {what}"),
                 device,
@@ -147,6 +150,7 @@ impl Drop for Region {
         // mapping is unmapped (field drop follows this body); the owner has
         // destroyed the queue pair that pointed work requests here.
         let rc = unsafe { (self.verbs.ibv_dereg_mr)(self.mr.as_ptr()) };
+        crate::counters::registry::note_memory_region(false);
         if rc != 0 {
             log::warn!(
                 "ibv_dereg_mr: {}",

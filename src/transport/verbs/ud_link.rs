@@ -399,6 +399,14 @@ impl UdLink {
                 if wc.status != IBV_WC_SUCCESS {
                     self.dropped += 1;
                     flushed |= wc.status == IBV_WC_WR_FLUSH_ERR;
+                    crate::counters::registry::note_completion_error(
+                        wc.status,
+                        &format!(
+                            "{}: UD send: {}",
+                            self.channel,
+                            errors::wc_status(wc.status)
+                        ),
+                    );
                     log::debug!("{}: send {}", self.channel, errors::wc_status(wc.status));
                 }
             }
@@ -591,6 +599,12 @@ impl DatagramLink for UdLink {
                 }
                 if wc.status != IBV_WC_SUCCESS || (wc.byte_len as usize) < GRH_LEN {
                     self.dropped += 1;
+                    if wc.status != IBV_WC_SUCCESS {
+                        crate::counters::registry::note_completion_error(
+                            wc.status,
+                            &format!("UD receive: {}", errors::wc_status(wc.status)),
+                        );
+                    }
                     continue;
                 }
                 // SAFETY: a successful completion hands the buffer back; it

@@ -84,6 +84,10 @@ impl RcSession {
     /// it when there was one.
     #[cold]
     pub(super) fn wc_failed(&mut self, wc: &ibv_wc, what: &'static str) {
+        crate::counters::registry::note_completion_error(
+            wc.status,
+            &format!("RC {what}: {}", errors::wc_status(wc.status)),
+        );
         if self.end.is_some() {
             return;
         }
