@@ -314,7 +314,7 @@ impl Default for StreamConfig {
             nak_backoff: Duration::from_micros(250),
             nak_group_size: 100,
             repair: Repair::Auto,
-            repair_linger: Duration::from_millis(1),
+            repair_linger: Duration::from_micros(250),
             autoflush: true,
             source: String::new(),
             source_b: String::new(),

@@ -265,7 +265,9 @@ fn a_spoofed_request_flood_is_held_to_the_budget_and_live_data_flows() {
     );
     assert_eq!(c.requests_received, requests, "{c:?}");
     assert_eq!(c.drops.over_budget + c.requests_served, requests, "{c:?}");
-    // What reached the flooders' ports is what was resent.
+    // What reached the flooders' ports was resent to them; with the
+    // default `repair = "auto"` the rest went to the group (a second
+    // requester made the range look shared), within the same budget.
     let mut got = 0u64;
     let mut buf = [0u8; 2048];
     for f in &flooders {
@@ -275,7 +277,10 @@ fn a_spoofed_request_flood_is_held_to_the_budget_and_live_data_flows() {
             }
         }
     }
-    assert_eq!(got, c.retransmitted);
+    assert!(got > 0 && got <= c.retransmitted, "{got}: {c:?}");
+    if got < c.retransmitted {
+        assert!(c.repairs_to_group > 0, "{got}: {c:?}");
+    }
 }
 
 /// A key file of this test's own, mode `mode`.

@@ -72,7 +72,7 @@ impl Default for FanoutParams {
     /// 100 subscribers, 100,000 32-byte messages at 1 µs, 1% loss of which
     /// half upstream, 20-30 µs one way with 2 µs jitter, NAK delay 20 µs,
     /// backoff 1 ms for a group of 100, request timeout 5 ms, repairs
-    /// `Auto` with a 1 ms linger.
+    /// `Auto` with a 250 µs linger.
     fn default() -> Self {
         FanoutParams {
             subscribers: 100,
@@ -91,7 +91,7 @@ impl Default for FanoutParams {
             nak_group_size: 100,
             request_timeout: Duration::from_millis(5),
             repair: Repair::Auto,
-            repair_linger: Duration::from_millis(1),
+            repair_linger: Duration::from_micros(250),
         }
     }
 }

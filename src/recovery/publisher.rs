@@ -116,7 +116,7 @@ impl PublisherConfig {
     /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
     /// request, 100,000 messages per second per requester, 200,000 for all
     /// requesters together (bursts of 8192), repairs to the requester, a
-    /// 1 ms linger.
+    /// 250 µs linger.
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
             stream_id,
@@ -133,7 +133,7 @@ impl PublisherConfig {
             retransmit_reply_bytes: 64 * 1024,
             key: None,
             repair: Repair::Requester,
-            repair_linger: Duration::from_millis(1),
+            repair_linger: Duration::from_micros(250),
         }
     }
 

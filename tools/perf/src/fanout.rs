@@ -51,7 +51,7 @@ pub struct Args {
     pub repair: Repair,
     /// The publisher's linger after a repair to the group
     /// (streams.NAME.repair_linger).
-    #[arg(long, default_value = "1ms", value_parser = mdbus_tool_support::duration::parse)]
+    #[arg(long, default_value = "250us", value_parser = mdbus_tool_support::duration::parse)]
     pub repair_linger: Duration,
     /// One-way delay to the nearest subscriber.
     #[arg(long, default_value = "20us", value_parser = mdbus_tool_support::duration::parse)]

@@ -433,3 +433,16 @@ fn version_names_the_revision_and_rdma() {
     );
     assert_eq!(checked, Ok(()));
 }
+
+#[test]
+fn doctor_is_the_readiness_check_as_one_json_object() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mdbus-stat"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    // 0 or 1 by the host's state; never a usage error.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(mdbus_tool_support::output::check_convention(&v), Ok(()));
+    assert!(v["items"].as_array().is_some_and(|a| !a.is_empty()), "{v}");
+}

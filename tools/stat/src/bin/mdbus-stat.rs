@@ -121,6 +121,12 @@ enum Command {
     /// with damaged headers or unknown formats are left alone.
     #[command(after_help = EXIT_CODES_HELP)]
     Clean(DirArgs),
+    /// Check this host's readiness for the configured devices and cores
+    /// (the same as mdbus-doctor): each item pass, warn or fail, with
+    /// what was read and the command that fixes it. Reads sysfs and procfs
+    /// only; changes nothing. Exit status 1 when an item failed.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Doctor(mdbus_doctor::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -380,6 +386,7 @@ fn main() -> ExitCode {
     match &cli.command {
         Some(Command::List(a)) => return leftovers(a, false),
         Some(Command::Clean(a)) => return leftovers(a, true),
+        Some(Command::Doctor(a)) => return ExitCode::from(a.run()),
         None => {}
     }
     let filter = match cli.filter.as_deref().map(regex::Regex::new).transpose() {
