@@ -21,6 +21,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use super::publisher::{Dest, PublisherConfig, PublisherCore, Repair};
+use super::rng::Rng;
 use super::subscriber::{Line, SubscriberConfig, SubscriberCore};
 use crate::message::Event;
 
@@ -155,33 +156,6 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-/// xorshift64*: reproducible, and plenty for a network model.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// True with probability `p`.
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum What {
     /// Packet `p` reaches subscriber `s`.
@@ -227,7 +201,7 @@ impl Net {
             self.burst_left -= 1;
             return true;
         }
-        if self.rng.chance(self.p_up) {
+        if self.rng.chance_of(self.p_up) {
             self.burst_left = self.burst.saturating_sub(1);
             return true;
         }
@@ -247,7 +221,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
     let correlated = p.correlated.clamp(0.0, 1.0);
     let burst = p.burst.max(1);
     let mut net = Net {
-        rng: Rng(p.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+        rng: Rng::from_state(p.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         packets: Vec::new(),
         heap: BinaryHeap::new(),
         order: 0,
@@ -354,7 +328,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
             return drops;
         }
         for s in 0..n {
-            if net.rng.chance(net.p_ind) {
+            if net.rng.chance_of(net.p_ind) {
                 if let (Some(r), Some(l)) = (range, lost.as_deref_mut()) {
                     drops.1 += 1;
                     l[s].push(r);
@@ -419,7 +393,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
                             multicast(&mut net, now, &r, None);
                         }
                         Dest::Requester => {
-                            if !net.rng.chance(net.p_ind) && !net.rng.chance(net.p_up) {
+                            if !net.rng.chance_of(net.p_ind) && !net.rng.chance_of(net.p_up) {
                                 let pkt = net.store(&r);
                                 let t = net.arrival(now, s as usize);
                                 net.at(t, What::ToSub { s, p: pkt });
@@ -469,7 +443,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
             }
         }
         for r in out.drain(..) {
-            if !net.rng.chance(net.p_ind) {
+            if !net.rng.chance_of(net.p_ind) {
                 let pkt = net.store(&r);
                 let t = net.arrival(now, s);
                 net.at(

@@ -55,6 +55,7 @@ pub mod publisher;
 mod reassembly;
 mod reorder;
 mod retained;
+mod rng;
 pub mod subscriber;
 
 #[cfg(test)]

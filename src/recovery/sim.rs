@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::frame::{self, Frame, Limits};
 use super::publisher::{PublisherConfig, PublisherCore};
+pub(crate) use super::rng::Rng;
 use super::subscriber::{Line, SubscriberConfig, SubscriberCore};
 use crate::config::LateJoin;
 use crate::message::Event;
@@ -20,39 +21,6 @@ use crate::message::Event;
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 const NEVER: u64 = u64::MAX;
-
-/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's
-/// xorshift generators, scrambled", 2016), seeded through splitmix64.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    /// True with probability `ppm` per million.
-    pub(crate) fn chance(&mut self, ppm: u32) -> bool {
-        self.next_u64() % 1_000_000 < ppm as u64
-    }
-}
 
 /// An owned copy of an event, for assertions.
 #[derive(Debug, Clone, PartialEq, Eq)]

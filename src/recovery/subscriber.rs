@@ -63,6 +63,7 @@ use super::mac::{Key, Mac};
 use super::packer::Packer;
 use super::reassembly::{Acquired, Added, Reassembler};
 use super::reorder::{ReorderWindow, State, INLINE, NEVER};
+use super::rng::Rng;
 use crate::config::LateJoin;
 use crate::error::ConfigError;
 use crate::message::{Event, Message};
@@ -336,8 +337,8 @@ pub struct SubscriberCore {
     pinned: [bool; 2],
     nak_backoff_ns: u64,
     nak_group_size: u32,
-    /// xorshift64* state for the NAK waits (never 0).
-    rng: u64,
+    /// Draws the NAK waits.
+    rng: Rng,
 }
 
 impl SubscriberCore {
@@ -362,7 +363,7 @@ impl SubscriberCore {
             mac: cfg.key.map(|k| Mac::new(k, 0)),
             nak_backoff_ns: ns(cfg.nak_backoff),
             nak_group_size: cfg.nak_group_size,
-            rng: cfg.nak_seed | 1,
+            rng: Rng::from_state(cfg.nak_seed),
             // A slot holds an unfragmented message, and decoding refuses
             // any longer than max_message.
             window: ReorderWindow::new(
@@ -840,13 +841,7 @@ impl SubscriberCore {
         if self.nak_backoff_ns == 0 {
             return 0;
         }
-        // xorshift64*: enough for spreading timers, and allocation-free.
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+        let u = self.rng.unit();
         nak_wait(self.nak_backoff_ns, self.nak_group_size, u)
     }
 

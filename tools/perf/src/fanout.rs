@@ -153,7 +153,7 @@ pub fn object(a: &Args, r: &FanoutReport) -> serde_json::Value {
     );
     m.insert(
         "recovery_us".into(),
-        serde_json::to_value(in_us(ns)).unwrap_or_default(),
+        serde_json::to_value(ns.divided(1000)).unwrap_or_default(),
     );
     m.insert("delivered_all".into(), r.delivered_all.into());
     m.insert(
@@ -166,22 +166,6 @@ pub fn object(a: &Args, r: &FanoutReport) -> serde_json::Value {
 
 fn round(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
-}
-
-/// The same distribution in microseconds (integers truncated).
-fn in_us(l: LatencyNs) -> LatencyNs {
-    LatencyNs {
-        count: l.count,
-        min: l.min / 1000,
-        p50: l.p50 / 1000,
-        p90: l.p90 / 1000,
-        p99: l.p99 / 1000,
-        p999: l.p999 / 1000,
-        p9999: l.p9999 / 1000,
-        max: l.max / 1000,
-        mean: l.mean / 1000.0,
-        stddev: l.stddev / 1000.0,
-    }
 }
 
 /// Runs `fanout`.
@@ -204,7 +188,7 @@ is measured by the net_recovery tests"
     if a.json {
         mdbus_tool_support::output::print_json(&object(a, &r));
     } else {
-        let us = in_us(LatencyNs::of(&r.recovery));
+        let us = LatencyNs::of(&r.recovery).divided(1000);
         println!(
             "subscribers {}  messages {}  datagrams {}  loss events {} ({} upstream, {} independent)",
             r.subscribers,

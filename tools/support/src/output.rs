@@ -74,17 +74,24 @@ impl LatencyNs {
     /// The same distribution with every value halved: a round trip's
     /// one-way share, as perftest's latency tests report it.
     pub fn halved(self) -> LatencyNs {
+        self.divided(2)
+    }
+
+    /// The same distribution with every value divided by `by` (integers
+    /// truncated): nanoseconds to microseconds with 1000.
+    pub fn divided(self, by: u64) -> LatencyNs {
+        let by = by.max(1);
         LatencyNs {
             count: self.count,
-            min: self.min / 2,
-            p50: self.p50 / 2,
-            p90: self.p90 / 2,
-            p99: self.p99 / 2,
-            p999: self.p999 / 2,
-            p9999: self.p9999 / 2,
-            max: self.max / 2,
-            mean: self.mean / 2.0,
-            stddev: self.stddev / 2.0,
+            min: self.min / by,
+            p50: self.p50 / by,
+            p90: self.p90 / by,
+            p99: self.p99 / by,
+            p999: self.p999 / by,
+            p9999: self.p9999 / by,
+            max: self.max / by,
+            mean: self.mean / by as f64,
+            stddev: self.stddev / by as f64,
         }
     }
 }
