@@ -325,7 +325,7 @@ fn config(t: &Topology, host: usize, lines: usize, capacity: usize, extra: &str)
         "transport = \"udp\"\n[streams.s]\nmax_message = 32\ncapacity = {capacity}\n\
          group = \"239.77.0.1:40001\"\ninterface = \"{}\"\n\
          autoflush = false\nheartbeat_interval = \"10ms\"\nheartbeat_timeout = \"500ms\"\n\
-         X\nlate_join = \"oldest\"\n",
+         retransmit_timeout = \"500ms\"\nretransmit_retries = 100\nlate_join = \"oldest\"\n",
         t.addr(host, 0)
     );
     if lines == 2 {
