@@ -402,8 +402,9 @@ impl UdLink {
                     crate::counters::registry::note_completion_error(
                         wc.status,
                         &format!(
-                            "{}: UD send: {}",
+                            "{}: UD send on QP {}: {}",
                             self.channel,
+                            wc.qp_num,
                             errors::wc_status(wc.status)
                         ),
                     );
@@ -602,7 +603,11 @@ impl DatagramLink for UdLink {
                     if wc.status != IBV_WC_SUCCESS {
                         crate::counters::registry::note_completion_error(
                             wc.status,
-                            &format!("UD receive: {}", errors::wc_status(wc.status)),
+                            &format!(
+                                "UD receive on QP {}: {}",
+                                wc.qp_num,
+                                errors::wc_status(wc.status)
+                            ),
                         );
                     }
                     continue;

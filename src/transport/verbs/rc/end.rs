@@ -86,7 +86,11 @@ impl RcSession {
     pub(super) fn wc_failed(&mut self, wc: &ibv_wc, what: &'static str) {
         crate::counters::registry::note_completion_error(
             wc.status,
-            &format!("RC {what}: {}", errors::wc_status(wc.status)),
+            &format!(
+                "RC {what} on QP {}: {}",
+                wc.qp_num,
+                errors::wc_status(wc.status)
+            ),
         );
         if self.end.is_some() {
             return;
