@@ -139,6 +139,10 @@ struct Seen {
     requested: u64,
     wins_a: u64,
     wins_b: u64,
+    /// Request datagrams sent.
+    requests_sent: u64,
+    /// Messages a repair brought before this subscriber asked.
+    suppressed: u64,
     /// First sequence delivered or reported lost.
     first: u64,
     join_skipped: u64,
@@ -152,7 +156,9 @@ fn parse_seen(line: &str) -> Seen {
         let v: u64 = v.parse().unwrap();
         match k {
             "received" => s.received = v,
-            "requests_sent" | "not_available" => {}
+            "requests_sent" => s.requests_sent = v,
+            "suppressed" => s.suppressed = v,
+            "not_available" => {}
             "bad" => s.bad = v,
             "gap_messages" => s.gap_messages = v,
             "down_at" => s.down_at = Some(v),
@@ -231,11 +237,13 @@ fn child_entry() {
             }
             let c = p.recovery_counters().unwrap();
             report(&format!(
-                "served={} retransmitted={} not_available={} requests={} drops={:?}",
+                "served={} retransmitted={} not_available={} requests={} to_group={} lingered={} drops={:?}",
                 c.requests_served,
                 c.retransmitted,
                 c.not_available_sent,
                 c.requests_received,
+                c.repairs_to_group,
+                c.requests_lingered,
                 c.drops
             ));
         }
@@ -299,8 +307,8 @@ fn child_entry() {
             let st = s.stats();
             let c = s.recovery_counters().unwrap();
             let mut line = format!(
-                "received={} bad={bad} gap_messages={} recovered={} duplicates={} requested={} wins_a={} wins_b={} requests_sent={} not_available={} first={} join_skipped={} timed_out={}",
-                st.received, st.gap_messages, c.recovered, c.duplicates, c.messages_requested, c.wins_a, c.wins_b, c.requests_sent, c.not_available_received,
+                "received={} bad={bad} gap_messages={} recovered={} duplicates={} requested={} wins_a={} wins_b={} requests_sent={} not_available={} suppressed={} first={} join_skipped={} timed_out={}",
+                st.received, st.gap_messages, c.recovered, c.duplicates, c.messages_requested, c.wins_a, c.wins_b, c.requests_sent, c.not_available_received, c.suppressed,
                 first.unwrap_or(0), c.join_skipped, u64::from(timed_out)
             );
             if let Some(d) = down_at {
@@ -342,10 +350,21 @@ fn config(t: &Topology, host: usize, lines: usize, capacity: usize, extra: &str)
 /// after `impair` set up its links; returns what each subscriber saw and
 /// what the publisher reported.
 fn run(t: &Topology, lines: usize, capacity: usize, count: u64) -> (Vec<Seen>, String) {
-    let mut publisher = Proc::spawn(t, 0, "pub", &config(t, 0, lines, capacity, ""), count);
+    run_with(t, lines, capacity, count, "")
+}
+
+/// [`run`] with `extra` keys in every process's stream configuration.
+fn run_with(
+    t: &Topology,
+    lines: usize,
+    capacity: usize,
+    count: u64,
+    extra: &str,
+) -> (Vec<Seen>, String) {
+    let mut publisher = Proc::spawn(t, 0, "pub", &config(t, 0, lines, capacity, extra), count);
     assert_eq!(publisher.line(), "ready");
     let mut subs: Vec<Proc> = (1..t.hosts.len())
-        .map(|h| Proc::spawn(t, h, "sub", &config(t, h, lines, capacity, ""), count))
+        .map(|h| Proc::spawn(t, h, "sub", &config(t, h, lines, capacity, extra), count))
         .collect();
     for s in &mut subs {
         assert_eq!(s.line(), "ready");
@@ -513,4 +532,73 @@ fn a_late_joiner_on_another_host_recovers_the_retained_history() {
         "{seen:?}; {served}"
     );
     assert_eq!(seen.recovered, count, "{seen:?}");
+}
+
+/// The number after `key=` in a report line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+}
+
+#[test]
+fn upstream_loss_is_asked_for_by_few_of_many_subscribers_and_repaired_to_the_group() {
+    if !prerequisites(false) {
+        return;
+    }
+    if !netns::Topology::have_nft() {
+        mdbus_testkit::skip(
+            "net_recovery",
+            Lack::Tool,
+            "nftables (`nft`) is not installed",
+        );
+        return;
+    }
+    // Twelve subscriber hosts; the switch drops 2% of what the publisher
+    // sends to the group as it comes in, so every drop is lost by all
+    // twelve.
+    let subscribers = 12u64;
+    let count = 20_000;
+    let mut per_drop = Vec::new();
+    for suppress in [false, true] {
+        let t = Topology::new(subscribers as usize + 1, 1);
+        t.drop_multicast_from(0, 20);
+        // The random wait and the linger are scaled to this machine, where
+        // thirteen processes share two cores and a poll can be late by
+        // milliseconds: 20 ms of spread, a 20 ms linger.
+        let extra = if suppress {
+            "nak_backoff = \"20ms\"\nnak_group_size = 12\nrepair = \"auto\"\nrepair_linger = \"20ms\"\n"
+        } else {
+            "nak_backoff = \"0s\"\nrepair = \"requester\"\n"
+        };
+        let (seen, served) = run_with(&t, 1, 1 << 20, count, extra);
+        let dropped = t.multicast_dropped();
+        for (i, s) in seen.iter().enumerate() {
+            assert_eq!(
+                (s.received, s.bad, s.gap_messages),
+                (count, 0, 0),
+                "subscriber {}: {s:?}; publisher {served}",
+                i + 1
+            );
+        }
+        let requests: u64 = seen.iter().map(|s| s.requests_sent).sum();
+        let suppressed: u64 = seen.iter().map(|s| s.suppressed).sum();
+        eprintln!(
+            "net_recovery: fan-out, suppression {suppress}: {dropped} datagrams dropped upstream, \
+             {requests} requests, {suppressed} messages repaired unasked; publisher {served}"
+        );
+        assert!(dropped > 0, "nothing was dropped: {served}");
+        if suppress {
+            assert!(field(&served, "to_group") > 0, "{served}");
+            assert!(suppressed > 0, "{seen:?}");
+        } else {
+            assert_eq!(field(&served, "to_group"), 0, "{served}");
+        }
+        per_drop.push(requests as f64 / dropped as f64);
+    }
+    // Without suppression every subscriber asks for every drop; with it,
+    // far fewer do.
+    assert!(per_drop[0] >= subscribers as f64 * 0.8, "{per_drop:?}");
+    assert!(per_drop[1] < per_drop[0] / 2.0, "{per_drop:?}");
 }

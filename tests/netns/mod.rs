@@ -226,6 +226,63 @@ impl Topology {
         (num_after("Sent bytes "), num_after("dropped "))
     }
 
+    /// Drops `per_mille`/1000 of the multicast datagrams host `h` sends,
+    /// at its switch port as they enter the switch (nftables, bridge
+    /// prerouting, `numgen random`): one drop is lost by every other host,
+    /// as when a switch upstream of all the subscribers drops a packet,
+    /// and the sender is not told. Unicast is untouched. Needs `nft`.
+    pub fn drop_multicast_from(&self, h: usize, per_mille: u32) {
+        let rules = format!(
+            "table bridge mdbloss {{\n chain pre {{\n  type filter hook prerouting priority 0;\n  \
+             iifname \"p{h}l0\" ip daddr 224.0.0.0/4 numgen random mod 1000 < {per_mille} counter drop\n }}\n}}\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.switch(), "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nft");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "nft rejected {rules}");
+    }
+
+    /// Datagrams [`drop_multicast_from`](Self::drop_multicast_from)
+    /// dropped so far.
+    pub fn multicast_dropped(&self) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.switch(),
+                "nft",
+                "list",
+                "table",
+                "bridge",
+                "mdbloss",
+            ])
+            .output()
+            .expect("nft list");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split("packets ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether `nft` runs here.
+    pub fn have_nft() -> bool {
+        Command::new("nft")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
     /// A command line that runs `args` inside host `h`.
     pub fn exec(&self, h: usize, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
