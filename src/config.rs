@@ -786,6 +786,19 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
             "0 is not allowed: at least 1".to_string(),
         ));
     }
+    // A subscriber that lost a repair to the group asks again after its
+    // timeout; a linger that long would ignore it, and the loss would stand.
+    if s.repair_linger >= s.retransmit_timeout {
+        return Err((
+            format!("{key}.repair_linger"),
+            format!(
+                "{} is not below retransmit_timeout ({}): a subscriber that lost a repair \
+                 could never get it again",
+                duration_str::format(s.repair_linger),
+                duration_str::format(s.retransmit_timeout)
+            ),
+        ));
+    }
     if s.line_timeout.is_zero() {
         return Err((
             format!("{key}.line_timeout"),
@@ -1386,6 +1399,33 @@ mod tests {
             );
             assert!(e.message.contains("streams.NAME.interface"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_repair_linger_as_long_as_the_retransmit_timeout_is_refused() {
+        let e = Config::from_toml_str(
+            "[streams.md]\nrepair_linger = \"10ms\"\nretransmit_timeout = \"10ms\"\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "streams.md.repair_linger");
+        assert!(
+            e.message.contains("not below retransmit_timeout (10ms)"),
+            "{e}"
+        );
+        let e = Config::from_toml_str("[streams.md]\nnak_group_size = 0\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.md.nak_group_size");
+        let c = Config::from_toml_str(
+            "[streams.md]\nrepair = \"group\"\nrepair_linger = \"1ms\"\nnak_backoff = \"0s\"\n",
+            "f.toml",
+        )
+        .unwrap();
+        let s = c.stream("md");
+        assert_eq!(
+            (s.repair, s.repair_linger, s.nak_backoff),
+            (Repair::Group, Duration::from_millis(1), Duration::ZERO)
+        );
+        assert!(Config::from_toml_str("[streams.md]\nrepair = \"everyone\"\n", "f.toml").is_err());
     }
 
     #[test]

@@ -18,12 +18,13 @@ pub struct Args {
     /// offered by this command).
     #[arg(long)]
     pub simulate: bool,
-    /// Subscribers on the stream.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    /// Subscribers on the stream (at most 10,000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub subscribers: u32,
-    /// Messages published (32 bytes each, one per microsecond).
+    /// Messages published (32 bytes each, one per microsecond); the
+    /// simulation keeps them all, so at most 10,000,000.
     #[arg(long, alias = "count", short = 'n', default_value_t = 100_000,
-          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub messages: u64,
     /// Chance, in percent, that a subscriber loses a given datagram.
     #[arg(long, default_value_t = 1.0)]
