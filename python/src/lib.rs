@@ -370,6 +370,9 @@ struct Record {
     timestamp_ns: u64,
     /// Upstream (MoldUDP64) sequence number.
     sequence: u64,
+    /// The stream it was published on: an index into the recording's
+    /// `streams`, 65535 for every stream, 65534 for none.
+    stream: u16,
     /// The message bytes.
     data: Py<PyBytes>,
 }
@@ -392,6 +395,7 @@ impl Mdcap {
             Some(rec) => Ok(Some(Record {
                 timestamp_ns: rec.timestamp_ns,
                 sequence: rec.sequence,
+                stream: rec.stream,
                 data: PyBytes::new(py, rec.data).unbind(),
             })),
             None => Ok(None),
@@ -402,6 +406,12 @@ impl Mdcap {
     #[getter]
     fn records_read(&self) -> u64 {
         lock(&self.reader).records_read()
+    }
+
+    /// The recording's stream names, which records' `stream` indexes.
+    #[getter]
+    fn streams(&self) -> Vec<String> {
+        lock(&self.reader).streams().to_vec()
     }
 }
 
@@ -415,17 +425,22 @@ fn read_mdcap(path: &str) -> PyResult<Mdcap> {
 }
 
 /// An `.mdcap` recording as columns: a dict of `array.array` ("Q":
-/// "timestamp_ns", "sequence"; "I": "length"), one entry per record.
+/// "timestamp_ns", "sequence"; "I": "length"; "H": "stream", an index
+/// into "streams", 65535 for every stream, 65534 for none), one entry per
+/// record, and "streams", the list of stream names.
 /// `numpy.asarray(cols["sequence"])` wraps one without a copy.
 #[pyfunction]
 fn read_mdcap_columns<'py>(
     py: Python<'py>,
     path: &str,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let (mut ts, mut seq, mut len) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ts, mut seq, mut len, mut stream) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut streams = Vec::new();
     py.detach(|| -> Result<(), mdbus_feed::mdcap::MdcapError> {
         let mut r = mdbus_feed::mdcap::MdcapReader::open(path)?;
+        streams = r.streams().to_vec();
         while let Some(rec) = r.next_record()? {
+            stream.extend_from_slice(&rec.stream.to_ne_bytes());
             ts.extend_from_slice(&rec.timestamp_ns.to_ne_bytes());
             seq.extend_from_slice(&rec.sequence.to_ne_bytes());
             // The file stores each length as a u32, so it fits.
@@ -445,6 +460,8 @@ fn read_mdcap_columns<'py>(
     out.set_item("timestamp_ns", column("Q", &ts)?)?;
     out.set_item("sequence", column("Q", &seq)?)?;
     out.set_item("length", column("I", &len)?)?;
+    out.set_item("stream", column("H", &stream)?)?;
+    out.set_item("streams", streams)?;
     Ok(out)
 }
 

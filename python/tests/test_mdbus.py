@@ -186,6 +186,20 @@ def test_reads_a_recording_of_the_relay_demo():
     assert list(cols["timestamp_ns"]) == [r.timestamp_ns for r in records]
     assert list(cols["length"]) == [len(r.data) for r in records]
     assert cols["sequence"].itemsize == 8 and cols["length"].itemsize == 4
+    # The demo routes by hash into md-0..md-3 (system events to every
+    # stream): each record says where it went, and a symbol always goes to
+    # the same stream.
+    assert cols["streams"] == ["md-0", "md-1", "md-2", "md-3", "ctl"], cols["streams"]
+    assert list(cols["stream"]) == [r.stream for r in records]
+    assert cols["stream"].itemsize == 2
+    every, nowhere = 65535, 65534
+    assert all(r.stream < 5 or r.stream in (every, nowhere) for r in records)
+    where = {}
+    for m, r in zip(decoded, records):
+        if m["name"] in ("AddOrder", "AddOrderMpid"):
+            assert where.setdefault(m["stock_locate"], r.stream) == r.stream, m
+    assert len(set(where.values())) > 1, where
+    assert all(r.stream == every for m, r in zip(decoded, records) if m["name"] == "SystemEvent")
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["recorded"], summary["record_errors"]) == (len(records), 0), summary
 

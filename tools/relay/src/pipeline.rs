@@ -12,7 +12,7 @@ use std::io::BufWriter;
 use mdbus::metrics::Latency;
 use mdbus::Publisher;
 use mdbus_feed::itch;
-use mdbus_feed::mdcap::{MdcapError, MdcapWriter};
+use mdbus_feed::mdcap::{self, MdcapError, MdcapWriter};
 use mdbus_feed::moldudp64::Session;
 
 use super::passthrough::Passthrough;
@@ -159,8 +159,15 @@ impl Pipeline {
         if let Some(pt) = &mut self.passthrough {
             pt.push(self.session, sequence, data);
         }
+        let route = self.router.route(data);
         if let Some(rec) = &mut self.recorder {
-            match rec.write(self.arrival_ns, sequence, data) {
+            let stream = match route {
+                // Streams are numbered as the recording's stream table.
+                Route::Stream(s) => s,
+                Route::All => mdcap::STREAM_ALL,
+                Route::DropUnknown | Route::DropUnmatched => mdcap::STREAM_NONE,
+            };
+            match rec.write_on(self.arrival_ns, sequence, stream, data) {
                 Ok(()) => self.local.recorded += 1,
                 Err(e) => {
                     // A full disk must not stop the feed: stop recording,
@@ -171,7 +178,7 @@ impl Pipeline {
                 }
             }
         }
-        match self.router.route(data) {
+        match route {
             Route::Stream(s) => self.publish(usize::from(s), sequence, data),
             Route::All => {
                 for s in 0..self.publishers.len() {

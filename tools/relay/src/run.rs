@@ -313,7 +313,10 @@ impl Relay {
         let router = Router::new(&config.routing, &names);
         let mut pipeline = Pipeline::new(router, publishers, passthrough);
         if !config.record.path.as_os_str().is_empty() {
-            pipeline.set_recorder(MdcapWriter::create(&config.record.path)?);
+            pipeline.set_recorder(MdcapWriter::create_with_streams(
+                &config.record.path,
+                pipeline.names(),
+            )?);
         }
         Ok(Relay {
             pipeline,

@@ -305,11 +305,26 @@ fn a_recording_holds_every_routed_message_in_sequence_order() {
     assert_eq!(summary.counters.local.record_errors, 0);
 
     let mut r = mdbus_feed::mdcap::MdcapReader::open(&recording).unwrap();
+    // The recording's stream table is the relay's streams, and each record
+    // names where the router sent it.
+    let names = r.streams().to_vec();
+    assert_eq!(names.len(), STREAMS.len());
+    assert!(
+        STREAMS.iter().all(|s| names.iter().any(|n| n == s)),
+        "{names:?}"
+    );
     let mut seen = 0usize;
     let mut last_ts = 0;
     while let Some(rec) = r.next_record().unwrap() {
         assert_eq!(rec.sequence, seen as u64 + 1, "sequence order");
         assert_eq!(rec.data, &messages[seen][..], "message {}", seen + 1);
+        let expected = expected_streams(rec.data);
+        let recorded: Vec<&str> = match rec.stream {
+            mdbus_feed::mdcap::STREAM_ALL => STREAMS.to_vec(),
+            mdbus_feed::mdcap::STREAM_NONE => Vec::new(),
+            i => vec![names[usize::from(i)].as_str()],
+        };
+        assert_eq!(recorded, expected, "stream of message {}", seen + 1);
         assert!(rec.timestamp_ns >= last_ts, "arrival times never go back");
         last_ts = rec.timestamp_ns;
         seen += 1;
