@@ -448,6 +448,7 @@ fn mdbus_subscribe(settings: &Settings, transport: Transport) -> Result<Measured
             settings.stall,
             "mdbus stream",
         );
+        let mut gone: Option<(u32, mdbus_tool_support::watchdog::WatchdogError)> = None;
         while !ended {
             let n = sub.poll(|e| match e {
                 Event::Message(m) => {
@@ -467,7 +468,18 @@ fn mdbus_subscribe(settings: &Settings, transport: Transport) -> Result<Measured
                 return Err(bench_err!("mdbus stream: unexpected {event}"));
             }
             if n == 0 {
-                dog.idle()?;
+                match gone.as_mut() {
+                    Some((left, _)) if *left > 0 => *left -= 1,
+                    Some(_) => {
+                        let (_, e) = gone.take().expect("checked");
+                        return Err(e.into());
+                    }
+                    // The publisher may have exited right after its last
+                    // messages, which are still in the ring: read on until
+                    // the stream ends (it does, once the subscriber sees
+                    // the publisher closed), for a bounded number of polls.
+                    None => gone = dog.idle().err().map(|e| (1u32 << 22, e)),
+                }
             } else {
                 dog.progress();
                 first.get_or_insert_with(Instant::now);
