@@ -8,8 +8,9 @@
 //! needs it. The records are written by other processes, so the publisher
 //! treats them as hostile: a position beyond anything published is ignored
 //! and counted (`forged`), and a member that stays behind for the timeout
-//! (slow, stopped or dead) is released for good (`evicted`, logged): it then
-//! loses messages like any lossy subscriber and sees them as an overrun.
+//! (slow or stopped), or whose process is gone, is released for good
+//! (`evicted`, logged): it then loses messages like any lossy subscriber
+//! and sees them as an overrun.
 //!
 //! Record words: `[0]` owner (`pid << 32 | nonce`, 0 when free; claimed by
 //! compare-and-swap), `[1]` position (0 until the member has stored one),
@@ -95,6 +96,9 @@ impl Gate {
     #[cold]
     fn wait(&mut self, seg: &Segment, next: u64) {
         let mut began: Option<Instant> = None;
+        // Whether this message's wait was counted already (a dead member
+        // released before any timing began).
+        let mut checked_dead = false;
         let mut spins = 0u32;
         loop {
             let slowest = self.scan(seg, next);
@@ -112,10 +116,23 @@ impl Gate {
             let Some(s) = slowest else {
                 unreachable_limit()
             };
-            let t = *began.get_or_insert_with(|| {
-                self.counters.waits += 1;
-                Instant::now()
-            });
+            let t = match began {
+                Some(t) => t,
+                None => {
+                    // A member whose process is gone will never move: it
+                    // is released at once rather than after the timeout.
+                    if !owner_alive(seg, s) {
+                        self.counters.waits += u64::from(!checked_dead);
+                        checked_dead = true;
+                        self.release(seg, s, next);
+                        continue;
+                    }
+                    if !checked_dead {
+                        self.counters.waits += 1;
+                    }
+                    *began.insert(Instant::now())
+                }
+            };
             spins = spins.wrapping_add(1);
             // The clock once every 64 spins: the wait is the slow path, but
             // a spinning clock read would slow the member it waits for
@@ -173,8 +190,7 @@ impl Gate {
         self.released[s.record] = s.owner;
         self.counters.evicted += 1;
         let pid = (s.owner >> 32) as u32;
-        let start = seg.lossless_word(s.record, START).load(Ordering::Relaxed);
-        let state = if process_alive(pid, start) {
+        let state = if owner_alive(seg, s) {
             "is alive but did not read"
         } else {
             "is gone"
@@ -187,6 +203,12 @@ impl Gate {
             self.timeout
         );
     }
+}
+
+/// Whether the process that owns the slowest member's record still runs.
+fn owner_alive(seg: &Segment, s: Slowest) -> bool {
+    let start = seg.lossless_word(s.record, START).load(Ordering::Relaxed);
+    process_alive((s.owner >> 32) as u32, start)
 }
 
 /// A scan that found nobody leaves a limit above `next`.
@@ -340,6 +362,23 @@ mod tests {
         let c = gate.counters();
         assert_eq!((c.waits, c.evicted, c.forged), (1, 1, 0));
         assert!(c.wait_ns > 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_member_whose_process_is_gone_is_released_without_waiting() {
+        let (seg, dir) = segment("gone");
+        let member = Member::join(&seg, 1).unwrap();
+        // The owner word names a process that cannot exist.
+        word(&seg, member.record(), OWNER)
+            .store((i32::MAX as u64 + 1) << 32 | 1, Ordering::Relaxed);
+        // An hour's timeout: only the liveness check lets this finish.
+        let mut gate = Gate::new(8, Duration::from_secs(3600));
+        for next in 1..=20 {
+            gate.admit(&seg, next);
+        }
+        let c = gate.counters();
+        assert_eq!((c.waits, c.evicted, c.forged), (1, 1, 0));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
