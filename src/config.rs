@@ -286,6 +286,16 @@ pub struct StreamConfig {
     /// a key, every datagram carries a MAC; datagrams without one, or with
     /// a wrong one, are dropped and counted. Empty: no authentication.
     pub key_file: String,
+    /// shm subscribers: ask the publisher to wait for this subscriber
+    /// rather than overwrite what it has not read (a recorder, a replay, a
+    /// risk check). A subscriber that stays `lossless_timeout` behind is
+    /// turned back into a lossy one and told so by an overrun.
+    pub lossless: bool,
+    /// shm publishers: how long one message may wait for a lossless
+    /// subscriber that has not read the slot it needs; then that
+    /// subscriber loses messages like any other (counted, logged).
+    #[serde(with = "duration_str")]
+    pub lossless_timeout: Duration,
 }
 
 impl Default for StreamConfig {
@@ -326,6 +336,8 @@ impl Default for StreamConfig {
             retransmit_global_rate: 200_000,
             retransmit_reply_bytes: 64 * 1024,
             key_file: String::new(),
+            lossless: false,
+            lossless_timeout: Duration::from_millis(100),
         }
     }
 }

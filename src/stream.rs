@@ -160,6 +160,16 @@ impl Publisher {
         &self.name
     }
 
+    /// Shared memory: how often, and how long, this publisher waited for
+    /// `lossless` subscribers, and how many it released; `None` on other
+    /// transports.
+    pub fn lossless_counters(&self) -> Option<crate::transport::shm::lossless::LosslessCounters> {
+        match &self.inner {
+            PublisherImpl::Shm(t) => Some(t.lossless_counters()),
+            _ => None,
+        }
+    }
+
     /// Largest payload accepted.
     pub fn max_message(&self) -> usize {
         let max = with_pub!(&self.inner, t => t.max_message());

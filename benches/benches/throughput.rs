@@ -10,6 +10,14 @@
 //! - `mdbus`: an mdbus shared-memory stream. A stream never waits for its
 //!   subscribers, so a subscriber that falls more than the stream's
 //!   capacity behind loses messages; they are counted as `lost`.
+//! - `mdbus-lossless`: the same with `lossless = true` on the subscriber:
+//!   the publisher waits for it (its `waits` and `evicted` are reported;
+//!   `lossless_timeout` is 10 s here, so only a stall that long loses).
+//! - `mdbus-1m`, `mdbus-10m`, `mdbus-50m`: the lossy stream with the
+//!   publisher paced at 1, 10 and 50 M messages a second (checking the
+//!   clock every 64 messages), one second's worth of messages (at most
+//!   `MDBUS_BENCH_ITERS`): how much of what is sent a subscriber that can
+//!   keep up receives.
 //!
 //! ```text
 //! cargo bench -p mdbus-benches --bench throughput
@@ -24,7 +32,7 @@
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use mdbus::Event;
@@ -40,15 +48,37 @@ const SIZE: usize = 64;
 enum Transport {
     RawSpsc,
     Mdbus,
+    MdbusLossless,
+    /// Lossy, the publisher paced at this many messages a second.
+    Paced(u64),
 }
 
 impl Transport {
-    const ALL: [Transport; 2] = [Transport::RawSpsc, Transport::Mdbus];
+    const ALL: [Transport; 6] = [
+        Transport::RawSpsc,
+        Transport::Mdbus,
+        Transport::MdbusLossless,
+        Transport::Paced(1_000_000),
+        Transport::Paced(10_000_000),
+        Transport::Paced(50_000_000),
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Transport::RawSpsc => "raw-spsc",
             Transport::Mdbus => "mdbus",
+            Transport::MdbusLossless => "mdbus-lossless",
+            Transport::Paced(1_000_000) => "mdbus-1m",
+            Transport::Paced(10_000_000) => "mdbus-10m",
+            Transport::Paced(_) => "mdbus-50m",
+        }
+    }
+
+    /// Messages this run sends: paced runs send one second's worth.
+    fn count(self, settings: &Settings) -> u64 {
+        match self {
+            Transport::Paced(rate) => rate.min(settings.iters),
+            _ => settings.iters,
         }
     }
 
@@ -67,6 +97,10 @@ struct Measured {
     receive_ns: u64,
     /// Publisher: its send loop.
     send_ns: u64,
+    /// Publisher: messages that waited for a lossless subscriber, and
+    /// lossless subscribers it released.
+    waits: u64,
+    evicted: u64,
 }
 
 impl Measured {
@@ -116,7 +150,7 @@ fn subscribe() -> Result<()> {
     for transport in transports {
         results.push(match transport {
             Transport::RawSpsc => raw_subscribe(&settings)?,
-            Transport::Mdbus => mdbus_subscribe(&settings)?,
+            t => mdbus_subscribe(&settings, t)?,
         });
     }
     report(&settings, &results)
@@ -125,38 +159,69 @@ fn subscribe() -> Result<()> {
 fn publish(role: &str) -> Result<()> {
     let settings = Settings::from_env(50_000_000, 0)?;
     child_init()?;
-    let (sent, ns) = match Transport::ALL
+    let report = match Transport::ALL
         .into_iter()
         .find(|t| t.publisher_role() == role)
     {
         Some(Transport::RawSpsc) => raw_publish(&settings)?,
-        Some(Transport::Mdbus) => mdbus_publish(&settings)?,
+        Some(t) => mdbus_publish(&settings, t)?,
         None => return Err(bench_err!("unknown role {role:?}")),
     };
-    println!("{}", serde_json::json!({ "sent": sent, "send_ns": ns }));
+    println!(
+        "{}",
+        serde_json::json!({
+            "sent": report.sent,
+            "send_ns": report.send_ns,
+            "waits": report.waits,
+            "evicted": report.evicted,
+        })
+    );
     Ok(())
 }
 
+/// What a publisher reports on its stdout.
+#[derive(Debug, Default)]
+struct Sent {
+    sent: u64,
+    send_ns: u64,
+    waits: u64,
+    evicted: u64,
+}
+
 /// Reads the publisher's report from its stdout.
-fn publisher_report(out: &str) -> Result<(u64, u64)> {
+fn publisher_report(out: &str) -> Result<Sent> {
     let v: serde_json::Value = serde_json::from_str(out.trim())
         .map_err(|e| bench_err!("publisher report {out:?}: {e}"))?;
     let field = |k: &str| {
         v[k].as_u64()
             .ok_or_else(|| bench_err!("publisher report {out:?} lacks {k}"))
     };
-    Ok((field("sent")?, field("send_ns")?))
+    Ok(Sent {
+        sent: field("sent")?,
+        send_ns: field("send_ns")?,
+        waits: field("waits")?,
+        evicted: field("evicted")?,
+    })
 }
 
 fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
     println!();
     println!(
-        "{:<10} {:>5} {:>11} {:>11} {:>9} {:>13} {:>9} {:>14}",
-        "peer", "size", "sent", "received", "lost", "msgs/s", "MB/s", "send msgs/s"
+        "{:<14} {:>5} {:>11} {:>11} {:>9} {:>13} {:>9} {:>14} {:>9} {:>8}",
+        "peer",
+        "size",
+        "sent",
+        "received",
+        "lost",
+        "msgs/s",
+        "MB/s",
+        "send msgs/s",
+        "waits",
+        "evicted"
     );
     for m in results {
         println!(
-            "{:<10} {:>5} {:>11} {:>11} {:>9} {:>13.0} {:>9.1} {:>14.0}",
+            "{:<14} {:>5} {:>11} {:>11} {:>9} {:>13.0} {:>9.1} {:>14.0} {:>9} {:>8}",
             m.transport.name(),
             SIZE,
             m.sent,
@@ -164,8 +229,32 @@ fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
             m.lost,
             m.msgs_per_sec(),
             m.mb_per_sec(),
-            m.send_msgs_per_sec()
+            m.send_msgs_per_sec(),
+            m.waits,
+            m.evicted
         );
+    }
+    let rate = |t: Transport| {
+        results
+            .iter()
+            .find(|m| m.transport == t)
+            .map(Measured::msgs_per_sec)
+    };
+    if let (Some(raw), Some(lossless)) = (rate(Transport::RawSpsc), rate(Transport::MdbusLossless))
+    {
+        println!(
+            "mdbus-lossless / raw-spsc received rate: {:.2} (target >= 0.5)",
+            lossless / raw
+        );
+    }
+    for m in results {
+        if let Transport::Paced(r) = m.transport {
+            println!(
+                "{} (paced at {r} msgs/s): received/sent {:.4}",
+                m.transport.name(),
+                m.received as f64 / m.sent.max(1) as f64
+            );
+        }
     }
     println!();
     let mut lines = Vec::new();
@@ -181,6 +270,8 @@ fn report(settings: &Settings, results: &[Measured]) -> Result<()> {
                 "msgs_per_sec": m.msgs_per_sec().round(),
                 "mb_per_sec": (m.mb_per_sec() * 10.0).round() / 10.0,
                 "send_msgs_per_sec": m.send_msgs_per_sec().round(),
+                "waits": m.waits,
+                "evicted": m.evicted,
                 "subscriber_core": settings.cores.0,
                 "publisher_core": settings.cores.1,
                 "wait": settings.wait.as_str(),
@@ -265,7 +356,7 @@ fn raw_subscribe(settings: &Settings) -> Result<Measured> {
         }
     }
     let receive_ns = first.map_or(0, |t| nanos(t.elapsed()));
-    let (sent, send_ns) = publisher_report(&peer.finish()?)?;
+    let Sent { sent, send_ns, .. } = publisher_report(&peer.finish()?)?;
     if out_of_order != 0 {
         return Err(bench_err!("raw SPSC: {out_of_order} messages out of order"));
     }
@@ -276,10 +367,12 @@ fn raw_subscribe(settings: &Settings) -> Result<Measured> {
         lost: sent - next,
         receive_ns,
         send_ns,
+        waits: 0,
+        evicted: 0,
     })
 }
 
-fn raw_publish(settings: &Settings) -> Result<(u64, u64)> {
+fn raw_publish(settings: &Settings) -> Result<Sent> {
     let region = SharedRegion::inherited(SPSC_LEN)?;
     let ring: &Spsc = region.get();
     wait_for_go()?;
@@ -309,33 +402,41 @@ fn raw_publish(settings: &Settings) -> Result<(u64, u64)> {
             ring.tail.store(i + 1, Ordering::Release);
         }
     }
-    Ok((settings.iters, nanos(t0.elapsed())))
+    Ok(Sent {
+        sent: settings.iters,
+        send_ns: nanos(t0.elapsed()),
+        ..Sent::default()
+    })
 }
 
 // -------------------------------------------------------------- mdbus ----
 
 const STREAM: &str = "throughput";
 
-fn bus() -> Result<mdbus::Bus> {
+fn bus(transport: Transport) -> Result<mdbus::Bus> {
     mdbus_benches::mdbus_bus(|cfg| {
         cfg.streams.insert(
             STREAM.into(),
             mdbus::config::StreamConfig {
                 max_message: SIZE,
+                lossless: transport == Transport::MdbusLossless,
+                // Only a subscriber stalled this long loses: on a shared
+                // machine one can be descheduled for a while.
+                lossless_timeout: std::time::Duration::from_secs(10),
                 ..Default::default()
             },
         );
     })
 }
 
-fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
-    let bus = bus()?;
-    let mut peer = Peer::spawn(&Transport::Mdbus.publisher_role(), settings, None)?;
+fn mdbus_subscribe(settings: &Settings, transport: Transport) -> Result<Measured> {
+    let bus = bus(transport)?;
+    let mut peer = Peer::spawn(&transport.publisher_role(), settings, None)?;
     // Attaching waits for the publisher's segment; the publisher waits for
     // `go`, so nothing is published before this subscriber is attached.
     let mut sub = bus.subscriber(STREAM)?;
     peer.go()?;
-    let count = settings.iters;
+    let count = transport.count(settings);
     let mut first = None;
     let mut last = None;
     let mut ended = false;
@@ -347,6 +448,7 @@ fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
             settings.stall,
             "mdbus stream",
         );
+        let mut gone: Option<(u32, mdbus_tool_support::watchdog::WatchdogError)> = None;
         while !ended {
             let n = sub.poll(|e| match e {
                 Event::Message(m) => {
@@ -366,7 +468,18 @@ fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
                 return Err(bench_err!("mdbus stream: unexpected {event}"));
             }
             if n == 0 {
-                dog.idle()?;
+                match gone.as_mut() {
+                    Some((left, _)) if *left > 0 => *left -= 1,
+                    Some(_) => {
+                        let (_, e) = gone.take().expect("checked");
+                        return Err(e.into());
+                    }
+                    // The publisher may have exited right after its last
+                    // messages, which are still in the ring: read on until
+                    // the stream ends (it does, once the subscriber sees
+                    // the publisher closed), for a bounded number of polls.
+                    None => gone = dog.idle().err().map(|e| (1u32 << 22, e)),
+                }
             } else {
                 dog.progress();
                 first.get_or_insert_with(Instant::now);
@@ -378,28 +491,51 @@ fn mdbus_subscribe(settings: &Settings) -> Result<Measured> {
         (Some(a), Some(b)) => nanos(b - a),
         _ => 0,
     };
-    let (sent, send_ns) = publisher_report(&peer.finish()?)?;
+    let sent = publisher_report(&peer.finish()?)?;
     let stats = sub.stats();
     Ok(Measured {
-        transport: Transport::Mdbus,
-        sent,
+        transport,
+        sent: sent.sent,
         received: stats.received,
         lost: stats.overrun_messages + stats.gap_messages,
         receive_ns,
-        send_ns,
+        send_ns: sent.send_ns,
+        waits: sent.waits,
+        evicted: sent.evicted,
     })
 }
 
-fn mdbus_publish(settings: &Settings) -> Result<(u64, u64)> {
-    let bus = bus()?;
+/// Messages a paced publisher sends between two looks at the clock.
+const PACE_EVERY: u64 = 64;
+
+fn mdbus_publish(settings: &Settings, transport: Transport) -> Result<Sent> {
+    let bus = bus(transport)?;
     let mut publisher = bus.publisher(STREAM)?;
+    let count = transport.count(settings);
+    let rate = match transport {
+        Transport::Paced(r) => Some(r),
+        _ => None,
+    };
     wait_for_go()?;
     let t0 = Instant::now();
-    for i in 0..settings.iters {
+    for i in 0..count {
+        if let Some(rate) = rate.filter(|_| i % PACE_EVERY == 0) {
+            let due = Duration::from_nanos((i as u128 * 1_000_000_000 / rate as u128) as u64);
+            while t0.elapsed() < due {
+                std::hint::spin_loop();
+            }
+        }
         let mut claim = publisher.claim(SIZE)?;
         claim[..8].copy_from_slice(&i.to_le_bytes());
         claim[8..].fill(0x5a);
         claim.commit()?;
     }
-    Ok((settings.iters, nanos(t0.elapsed())))
+    let send_ns = nanos(t0.elapsed());
+    let lossless = publisher.lossless_counters().unwrap_or_default();
+    Ok(Sent {
+        sent: count,
+        send_ns,
+        waits: lossless.waits,
+        evicted: lossless.evicted,
+    })
 }

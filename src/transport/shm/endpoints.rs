@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::broadcast::{Read, Reader, RingRef, Writer, BUSY};
+use super::lossless::{Gate, LosslessCounters, Member};
 use super::segment::{self, Geometry, Kind, Segment};
 use super::spsc::{Consumer, PeekError, Producer};
 use super::{slot_size, CHECK_EVERY};
@@ -89,6 +90,8 @@ pub struct ShmPublisher {
     name: String,
     // Declared last: dropped after the writer that points into it.
     seg: Segment,
+    /// Waits for lossless subscribers (holds no pointers into `seg`).
+    gate: Gate,
 }
 
 /// Creates the segment of a stream or session of `capacity` slots of
@@ -122,8 +125,14 @@ impl ShmPublisher {
             writer,
             max_message: cfg.max_message,
             name: name.into(),
+            gate: Gate::new(cfg.capacity as u64, cfg.lossless_timeout),
             seg,
         })
+    }
+
+    /// What waiting for lossless subscribers cost so far.
+    pub fn lossless_counters(&self) -> LosslessCounters {
+        self.gate.counters()
     }
 
     /// The segment's epoch.
@@ -148,6 +157,7 @@ impl StreamSend for ShmPublisher {
         if len > self.max_message {
             return Err(self.too_large(len));
         }
+        self.gate.admit(&self.seg, self.writer.next_seq());
         let p = self.writer.claim();
         // SAFETY: the claimed slot's payload holds max_payload >= max_message
         // >= len bytes; while claimed only this writer stores to it, and the
@@ -205,6 +215,9 @@ pub struct ShmSubscriber {
     name: String,
     // Declared last: dropped after the reader that points into it.
     seg: Segment,
+    /// This subscriber's lossless record, when `lossless = true` (an
+    /// index into `seg`, no pointer).
+    lossless: Option<Member>,
 }
 
 impl ShmSubscriber {
@@ -213,6 +226,10 @@ impl ShmSubscriber {
     pub fn attach(shm: &ShmConfig, name: &str, cfg: &StreamConfig) -> Result<ShmSubscriber> {
         let seg = open_waiting(shm, Kind::Stream, name, shm.attach_timeout)?;
         let (reader, buf) = Self::reader_for(&seg, cfg.late_join, name)?;
+        let lossless = match cfg.lossless {
+            true => Some(Self::join(&seg, reader.position(), name)?),
+            false => None,
+        };
         Ok(ShmSubscriber {
             reader,
             buf,
@@ -222,6 +239,21 @@ impl ShmSubscriber {
             shm: shm.clone(),
             name: name.into(),
             seg,
+            lossless,
+        })
+    }
+
+    /// Takes a lossless record in `seg`, starting at `position`.
+    fn join(seg: &Segment, position: u64, name: &str) -> Result<Member> {
+        Member::join(seg, position).ok_or_else(|| {
+            Error::io(
+                "join as a lossless subscriber of stream",
+                format!("`{name}` ({})", seg.path().display()),
+                std::io::Error::other(format!(
+                    "all {} lossless subscriber records are held by live processes",
+                    segment::LOSSLESS_RECORDS
+                )),
+            )
         })
     }
 
@@ -323,9 +355,17 @@ impl ShmSubscriber {
                 // report what it no longer retains as lost.
                 let (reader, buf) = Self::reader_for(&seg, LateJoin::Oldest, &self.name)?;
                 let first = reader.position();
+                let lossless = match self.lossless.take() {
+                    Some(old) => {
+                        old.leave(&self.seg);
+                        Some(Self::join(&seg, first, &self.name)?)
+                    }
+                    None => None,
+                };
                 self.reader = reader;
                 self.buf = buf;
                 self.seg = seg;
+                self.lossless = lossless;
                 self.state = Liveness::Live;
                 f(Event::PublisherRestarted {
                     epoch: self.seg.fields().epoch,
@@ -397,7 +437,20 @@ impl StreamReceive for ShmSubscriber {
         if n > 0 {
             self.idle = 0;
         }
+        if n + overruns > 0 {
+            if let Some(m) = &self.lossless {
+                m.report(&self.seg, self.reader.position());
+            }
+        }
         Ok(n)
+    }
+}
+
+impl Drop for ShmSubscriber {
+    fn drop(&mut self) {
+        if let Some(m) = self.lossless.take() {
+            m.leave(&self.seg);
+        }
     }
 }
 

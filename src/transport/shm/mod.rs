@@ -10,6 +10,8 @@ pub mod broadcast;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(not(loom))]
+pub mod lossless;
+#[cfg(not(loom))]
 pub mod segment;
 pub mod spsc;
 

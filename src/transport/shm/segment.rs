@@ -9,6 +9,7 @@
 //! | 256 | owner-closed flag (set by the creator's orderly drop) |
 //! | 320 | peer record: pid, process start time, closed flag (sessions) |
 //! | 1024 + 512·r | control lines of ring r: producer line, consumer line |
+//! | 2048 + 64·i | lossless subscriber record i of a stream (16; see `lossless`) |
 //! | 4096 | slots of ring 0, then ring 1 |
 //!
 //! A creator builds the whole segment under a temporary name and renames it
@@ -50,6 +51,10 @@ const RING_CONTROL_STRIDE: usize = 512;
 /// The consumer line sits two cache lines after the producer line, so the
 /// adjacent-line prefetcher does not couple them.
 const CONSUMER_LINE: usize = 128;
+/// Offset of the lossless subscribers' records (streams): 16 cache lines.
+const LOSSLESS: usize = 2048;
+/// Lossless subscriber records in a stream's segment.
+pub const LOSSLESS_RECORDS: usize = 16;
 /// Bytes covered by the header checksum.
 const CHECKED_BYTES: usize = 72;
 /// Bytes of the sealed header: the checked fields and their checksum.
@@ -400,6 +405,16 @@ impl Segment {
     /// Consumer-owned control word of ring `r`.
     pub fn consumer_word(&self, r: usize) -> &AtomicU64 {
         self.word(RING_CONTROL + r * RING_CONTROL_STRIDE + CONSUMER_LINE)
+    }
+
+    /// Word `w` of lossless subscriber record `i` (streams), each record on
+    /// its own cache line; see [`super::lossless`].
+    pub fn lossless_word(&self, i: usize, w: usize) -> &AtomicU64 {
+        assert!(
+            i < LOSSLESS_RECORDS && w < 8,
+            "lossless record {i} word {w}"
+        );
+        self.word(LOSSLESS + i * 64 + w * 8)
     }
 
     /// First slot word of ring `r`.

@@ -108,6 +108,13 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_name = "SECS")]
     pub linger: u64,
 
+    /// shm: the subscriber asks the publisher to wait for it (the
+    /// stream's `lossless = true`), so nothing is lost and the rate is the
+    /// one the subscriber keeps up with. A subscriber that stays --timeout
+    /// behind is released and loses messages like a lossy one.
+    #[arg(long)]
+    pub lossless: bool,
+
     /// Run one side only: `pub` sends; `sub` receives and prints the
     /// result. Start `sub` first: it waits up to --timeout for the
     /// sender, and on shm reads from the oldest message the stream still
@@ -217,6 +224,12 @@ struct PublisherReport {
 pub fn run(args: &Args) -> Result<u8, Failure> {
     let mut args = args.clone();
     crate::transport::resolve(&mut args.common, TransportKind::Shm)?;
+    if args.lossless && args.common.transport != TransportKind::Shm {
+        return Err(Failure::Usage(format!(
+            "--lossless is a shared-memory stream's mode; transport {} has none",
+            args.common.transport.name()
+        )));
+    }
     crate::transport::ready(&args.common, args.role != Some(Role::Pub))?;
     let (has_role, second) = (args.role.is_some(), args.role == Some(Role::Pub));
     let (name, core, peer_core) = side::setup(&mut args.common, has_role, second)?;
@@ -280,6 +293,9 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                 "--batch".into(),
                 args.batch.to_string(),
             ]);
+            if args.lossless {
+                own.push("--lossless".into());
+            }
             let publisher = peer::spawn(
                 None,
                 "throughput",
@@ -338,6 +354,8 @@ fn bus(args: &Args, name: &str, size: u64) -> Result<Bus, Failure> {
                 // publisher's first messages.
                 late_join: LateJoin::Oldest,
                 autoflush: args.batch == 1,
+                lossless: args.lossless,
+                lossless_timeout: args.common.timeout(),
                 ..cfg.stream(name)
             };
             placed = crate::ip::stream(&args.common, &mut stream, 0);
@@ -392,6 +410,15 @@ fn publish(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), 
         }
     }
     let ns = nanos(t0.elapsed());
+    if let Some(c) = publisher.lossless_counters().filter(|_| args.lossless) {
+        log::info!("publisher's lossless counters: {c:?}");
+        if c.evicted > 0 {
+            eprintln!(
+                "mdbus-perf (pub): released {} lossless subscriber(s) that stayed behind for --timeout",
+                c.evicted
+            );
+        }
+    }
     if args.load.duration.is_some() {
         // The subscriber stops here: it could not know the count.
         write_end(&mut payload);
@@ -632,8 +659,9 @@ fn heading(
     } else {
         format!("capacity {}", args.capacity(size))
     };
+    let lossless = if args.lossless { ", lossless" } else { "" };
     text += &format!(
-        "{send} {how_long} {rate}, {capacity}{batch}, wait {}",
+        "{send} {how_long} {rate}, {capacity}{batch}{lossless}, wait {}",
         args.common.wait
     );
     if args.common.transport == TransportKind::Verbs {

@@ -340,6 +340,36 @@ fn throughput_counts_add_up_when_the_reader_may_be_lapped() {
 }
 
 #[test]
+fn throughput_lossless_loses_nothing_with_a_ring_far_smaller_than_the_count() {
+    // The same lapping setup as above, but the subscriber asks the
+    // publisher to wait for it: every message arrives, exit status 0.
+    let s = Scratch::new("tp-lossless");
+    let out = measure(&[
+        "throughput",
+        "--transport",
+        "shm",
+        "--count",
+        "200000",
+        "--capacity",
+        "64",
+        "--lossless",
+        "--name",
+        &s.name,
+        "--config",
+        &s.config,
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(u(&v, &["sent"]), 200000, "{v}");
+    assert_eq!(u(&v, &["received"]), 200000, "{v}");
+    assert_eq!(u(&v, &["lost"]), 0, "{v}");
+    usage_error(
+        &["throughput", "--transport", "udp", "--lossless"],
+        "--lossless is a shared-memory stream's mode; transport udp has none",
+    );
+}
+
+#[test]
 fn throughput_table_names_the_columns() {
     let s = Scratch::new("tp-table");
     let out = measure(&[

@@ -140,7 +140,11 @@ fn join(
     }
     s.set_nonblocking(true)
         .map_err(|e| err("non-blocking", e))?;
-    Ok(s.into())
+    let s: UdpSocket = s.into();
+    if !enable_kernel_timestamps(&s) {
+        log::info!("line {line}: no kernel receive timestamps (SO_TIMESTAMPNS refused): arrival is stamped by the relay");
+    }
+    Ok(s)
 }
 
 impl LiveSockets {
@@ -162,10 +166,231 @@ impl LiveSockets {
                     what: "re-request socket: non-blocking".into(),
                     source: e,
                 })?;
+                enable_kernel_timestamps(&sock);
                 Some((sock, SocketAddr::V4(server)))
             }
             None => None,
         };
         Ok(LiveSockets { a, b, rerequest })
+    }
+}
+
+/// Turns on kernel receive timestamps (`SO_TIMESTAMPNS`, `CLOCK_REALTIME`)
+/// for `sock`; `false` where the kernel refuses (the relay then stamps
+/// arrival itself).
+pub fn enable_kernel_timestamps(sock: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor and a c_int option of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
+}
+
+/// Control bytes per datagram: room for one `SCM_TIMESTAMPNS` (a
+/// timespec) with its header, in u64 words so the buffer is aligned.
+const CONTROL_WORDS: usize = 8;
+
+/// Datagrams read with one `recvmmsg`, each with the kernel's arrival
+/// time when the socket has `SO_TIMESTAMPNS`. Every buffer is allocated
+/// once; the message headers point into them.
+pub struct RecvBatch {
+    buffers: Vec<Box<[u8]>>,
+    iovecs: Vec<libc::iovec>,
+    control: Vec<[u64; CONTROL_WORDS]>,
+    headers: Vec<libc::mmsghdr>,
+    /// Datagrams the last `recv` filled.
+    filled: usize,
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("slots", &self.buffers.len())
+            .field("filled", &self.filled)
+            .finish()
+    }
+}
+
+/// What one datagram of a batch holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// Its bytes (a datagram longer than the buffer is cut and flagged).
+    pub data: &'a [u8],
+    /// The kernel's arrival time (`CLOCK_REALTIME` ns), if it gave one.
+    pub kernel_ns: Option<u64>,
+    /// The datagram was longer than the buffer.
+    pub truncated: bool,
+}
+
+impl RecvBatch {
+    /// Room for `slots` datagrams of up to `max` bytes each.
+    pub fn new(slots: usize, max: usize) -> RecvBatch {
+        let mut buffers: Vec<Box<[u8]>> = (0..slots).map(|_| vec![0u8; max].into()).collect();
+        let iovecs: Vec<libc::iovec> = buffers
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let control = vec![[0u64; CONTROL_WORDS]; slots];
+        // SAFETY: mmsghdr is plain data; all-zero is a valid value, filled
+        // in before each call.
+        let headers = (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut batch = RecvBatch {
+            buffers,
+            iovecs,
+            control,
+            headers,
+            filled: 0,
+        };
+        batch.point_headers();
+        batch
+    }
+
+    /// Points every header at its buffer and control block. The vectors
+    /// are never resized, so the pointers stay valid while `self` lives.
+    fn point_headers(&mut self) {
+        for (i, h) in self.headers.iter_mut().enumerate() {
+            h.msg_hdr.msg_name = std::ptr::null_mut();
+            h.msg_hdr.msg_namelen = 0;
+            h.msg_hdr.msg_iov = &mut self.iovecs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.control[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_controllen = CONTROL_WORDS * 8;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+    }
+
+    /// Reads what `sock` (non-blocking) has, up to the batch's size, in
+    /// one system call. Returns how many datagrams arrived (0: none).
+    pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        self.filled = 0;
+        for h in &mut self.headers {
+            // The kernel shortens these to what it wrote.
+            h.msg_hdr.msg_controllen = CONTROL_WORDS * 8;
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: the headers point at live buffers of the lengths they
+        // state (`point_headers`); the socket is valid.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                self.headers.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                _ => Err(e),
+            };
+        }
+        self.filled = n as usize;
+        Ok(self.filled)
+    }
+
+    /// Datagram `i` of the last `recv` (`i` below what it returned).
+    pub fn get(&self, i: usize) -> Option<Received<'_>> {
+        if i >= self.filled {
+            return None;
+        }
+        let h = &self.headers[i];
+        let len = (h.msg_len as usize).min(self.buffers[i].len());
+        Some(Received {
+            data: &self.buffers[i][..len],
+            kernel_ns: kernel_timestamp(&h.msg_hdr),
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        })
+    }
+}
+
+/// The `SCM_TIMESTAMPNS` of a received message, in ns since the epoch.
+fn kernel_timestamp(m: &libc::msghdr) -> Option<u64> {
+    // SAFETY: `m` is a header the kernel filled: its control pointer and
+    // (shortened) length describe our control block, and CMSG_FIRSTHDR /
+    // CMSG_NXTHDR stay inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS {
+                let mut ts: libc::timespec = std::mem::zeroed();
+                std::ptr::copy_nonoverlapping(
+                    libc::CMSG_DATA(c),
+                    &mut ts as *mut libc::timespec as *mut u8,
+                    std::mem::size_of::<libc::timespec>(),
+                );
+                let ns = u64::try_from(ts.tv_sec)
+                    .ok()?
+                    .checked_mul(1_000_000_000)?
+                    .checked_add(u64::try_from(ts.tv_nsec).ok()?)?;
+                return Some(ns);
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_reads_every_queued_datagram_with_its_kernel_arrival_time() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        assert!(enable_kernel_timestamps(&rx));
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = mdbus::clock::now_ns();
+        for i in 0..5u8 {
+            tx.send_to(&[i; 3][..=i as usize % 3], rx.local_addr().unwrap())
+                .unwrap();
+        }
+        let mut batch = RecvBatch::new(4, 2048);
+        // Loopback delivery is synchronous: all five are queued.
+        assert_eq!(batch.recv(&rx).unwrap(), 4, "one call fills the batch");
+        let after = mdbus::clock::now_ns();
+        let mut last = 0;
+        for i in 0..4 {
+            let d = batch.get(i).unwrap();
+            assert_eq!(d.data, &[i as u8; 3][..=i % 3]);
+            assert!(!d.truncated);
+            let ts = d.kernel_ns.expect("a kernel timestamp");
+            assert!((before..=after).contains(&ts) && ts >= last, "{ts}");
+            last = ts;
+        }
+        assert!(batch.get(4).is_none());
+        assert_eq!(batch.recv(&rx).unwrap(), 1);
+        assert_eq!(batch.get(0).unwrap().data, &[4u8; 2][..]);
+        assert_eq!(batch.recv(&rx).unwrap(), 0, "nothing left: 0, not an error");
+    }
+
+    #[test]
+    fn a_datagram_longer_than_its_buffer_is_flagged() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(&[7u8; 100], rx.local_addr().unwrap()).unwrap();
+        let mut batch = RecvBatch::new(2, 64);
+        assert_eq!(batch.recv(&rx).unwrap(), 1);
+        let d = batch.get(0).unwrap();
+        assert!(d.truncated);
+        assert_eq!(d.data.len(), 64);
+        assert_eq!(d.kernel_ns, None, "no timestamps asked for");
     }
 }

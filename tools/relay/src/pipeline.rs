@@ -24,6 +24,50 @@ use super::stats::{self, Local, Snapshot, Upstream};
 /// counted): 10 s.
 const LATENCY_MAX_NS: u64 = 10_000_000_000;
 
+/// `CLOCK_REALTIME` in ns, read from the TSC: quanta calibrates the TSC's
+/// rate against the OS clock, and [`ArrivalClock::recalibrate`] (once a
+/// second, off the message path) re-anchors it to `CLOCK_REALTIME` so
+/// that clock steps and slewing do not accumulate. Where the TSC is not
+/// usable, quanta reads the OS's monotonic clock instead.
+#[derive(Debug, Clone)]
+pub struct ArrivalClock {
+    clock: quanta::Clock,
+    raw0: u64,
+    real0: u64,
+}
+
+impl Default for ArrivalClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ArrivalClock {
+    /// A clock anchored now.
+    pub fn new() -> ArrivalClock {
+        let clock = quanta::Clock::new();
+        let raw0 = clock.raw();
+        ArrivalClock {
+            clock,
+            raw0,
+            real0: mdbus::clock::now_ns(),
+        }
+    }
+
+    /// Nanoseconds since the Unix epoch.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.real0
+            .wrapping_add(self.clock.delta_as_nanos(self.raw0, self.clock.raw()))
+    }
+
+    /// Anchors the clock to `CLOCK_REALTIME` again.
+    pub fn recalibrate(&mut self) {
+        self.raw0 = self.clock.raw();
+        self.real0 = mdbus::clock::now_ns();
+    }
+}
+
 /// Routing and publishing of messages in sequence order.
 #[derive(Debug)]
 pub struct Pipeline {
@@ -49,6 +93,8 @@ pub struct Pipeline {
     /// Unrecoverable ranges not yet logged: how many, their messages, and
     /// the latest (logged off the message path, at most once a second).
     unlogged_gaps: (u64, u64, (u64, u64)),
+    /// Arrival and completion times.
+    clock: ArrivalClock,
 }
 
 impl Pipeline {
@@ -76,7 +122,21 @@ impl Pipeline {
             flush_needed,
             recorder: None,
             unlogged_gaps: (0, 0, (0, 0)),
+            clock: ArrivalClock::new(),
         }
+    }
+
+    /// Now, by the pipeline's clock (`CLOCK_REALTIME` ns, from the TSC):
+    /// the arrival time of a datagram the kernel did not stamp.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Re-anchors the pipeline's clock to `CLOCK_REALTIME` (between
+    /// datagrams, about once a second).
+    pub fn recalibrate_clock(&mut self) {
+        self.clock.recalibrate();
     }
 
     /// Records every routed message into `writer` from now on.
@@ -139,7 +199,7 @@ impl Pipeline {
         if let Some(pt) = &mut self.passthrough {
             pt.flush();
         }
-        let done = mdbus::clock::now_ns();
+        let done = self.clock.now_ns();
         self.latency.record(done.saturating_sub(self.arrival_ns));
         self.local.timed_packets += 1;
     }

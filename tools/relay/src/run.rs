@@ -20,7 +20,7 @@ use mdbus_tool_support::output::LatencyNs;
 use serde::Serialize;
 
 use super::config::{InputKind, Pace, RelayConfig};
-use super::ingest::{self, LiveSockets, Sink};
+use super::ingest::{self, LiveSockets, RecvBatch, Sink};
 use super::input::{self, StopWhen, WakingFile};
 use super::passthrough::Passthrough;
 use super::pipeline::Pipeline;
@@ -498,6 +498,7 @@ impl Relay {
         if now >= s.next_gap_log {
             s.next_gap_log = now + GAP_LOG_EVERY_NS;
             self.pipeline.log_source_gaps();
+            self.pipeline.recalibrate_clock();
         }
         if now >= s.next_refresh {
             s.next_refresh = now + s.refresh_ns;
@@ -527,7 +528,7 @@ impl Relay {
         opts: &RunOptions,
         idle: WaitStrategy,
     ) -> &'static str {
-        let mut buf = vec![0u8; MAX_DATAGRAM].into_boxed_slice();
+        let mut batch = RecvBatch::new(BATCH, MAX_DATAGRAM);
         let rereq = sockets.rerequest.as_ref().map(|(sock, to)| (sock, *to));
         let mut lines: Vec<(Line, &UdpSocket)> = vec![(Line::A, &sockets.a)];
         if let Some(b) = &sockets.b {
@@ -540,37 +541,45 @@ impl Relay {
         let mut empty_polls: u32 = 0;
         loop {
             let mut got = 0usize;
-            // One clock read per datagram: the arbiter's monotonic time is
-            // the arrival time's offset from this round's pair of reads.
-            let (round_mono, round_real) = (monotonic_ns(), now_ns());
+            // The arbiter's monotonic time is the arrival time's offset
+            // from this round's pair of reads (never before the round: a
+            // kernel stamp is earlier, and the arbiter's clock must not go
+            // back).
+            let (round_mono, round_real) = (monotonic_ns(), self.pipeline.now_ns());
             for &(line, sock) in &lines {
-                for _ in 0..BATCH {
-                    match sock.recv(&mut buf) {
-                        Ok(n) => {
-                            got += 1;
-                            let arrival = now_ns();
-                            let mono = round_mono + arrival.saturating_sub(round_real);
-                            self.datagram(arbiter, line, &buf[..n], arrival, mono, rereq, s);
-                            // Not one datagram more after the end: the
-                            // arbiter would follow the next session at
-                            // once (whoever sent it).
-                            if stop_at_end && s.ended {
-                                s.upstream = Upstream::from(arbiter.counters());
-                                return "end-of-session";
-                            }
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                        Err(_) => {
-                            s.recv_errors += 1;
-                            break;
-                        }
+                // One system call for up to BATCH datagrams.
+                let n = match batch.recv(sock) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+                    Err(_) => {
+                        s.recv_errors += 1;
+                        0
+                    }
+                };
+                for i in 0..n {
+                    let Some(d) = batch.get(i) else { break };
+                    got += 1;
+                    if d.truncated {
+                        s.recv_errors += 1;
+                        continue;
+                    }
+                    // The kernel's arrival stamp where the socket has one,
+                    // else the TSC clock now.
+                    let arrival = d.kernel_ns.unwrap_or_else(|| self.pipeline.now_ns());
+                    let mono = round_mono + arrival.saturating_sub(round_real);
+                    self.datagram(arbiter, line, d.data, arrival, mono, rereq, s);
+                    // Not one datagram more after the end: the arbiter
+                    // would follow the next session at once (whoever sent
+                    // it).
+                    if stop_at_end && s.ended {
+                        s.upstream = Upstream::from(arbiter.counters());
+                        return "end-of-session";
                     }
                 }
             }
             let now = monotonic_ns();
             if arbiter.next_deadline().is_some_and(|d| d <= now) {
-                self.pipeline.begin_packet(now_ns());
+                self.pipeline.begin_packet(self.pipeline.now_ns());
                 let mut sink = Sink {
                     pipeline: &mut self.pipeline,
                     rerequest: rereq,
@@ -658,7 +667,7 @@ impl Relay {
                     return Ok(why);
                 }
             }
-            self.pipeline.begin_packet(now_ns());
+            self.pipeline.begin_packet(self.pipeline.now_ns());
             self.pipeline.message(sequence, msg);
             self.pipeline.end_packet();
             if sequence % 1024 == 0 {
@@ -722,7 +731,8 @@ impl Relay {
             // Capture time is the arbiter's clock: replays are
             // deterministic whatever the pace.
             last_ts = last_ts.max(ts);
-            self.datagram(arbiter, line, payload, now_ns(), last_ts, None, s);
+            let arrival = self.pipeline.now_ns();
+            self.datagram(arbiter, line, payload, arrival, last_ts, None, s);
             n += 1;
             if n % 256 == 0 {
                 s.upstream = Upstream::from(arbiter.counters());
@@ -734,7 +744,7 @@ impl Relay {
         // The capture is over: nothing will fill what is still missing.
         // Report it unrecoverable (a source gap on every stream) and
         // deliver what was held behind it.
-        self.pipeline.begin_packet(now_ns());
+        self.pipeline.begin_packet(self.pipeline.now_ns());
         let mut sink = Sink {
             pipeline: &mut self.pipeline,
             rerequest: None,
