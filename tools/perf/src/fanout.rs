@@ -54,6 +54,18 @@ pub struct Args {
     /// (streams.NAME.repair_linger).
     #[arg(long, default_value = "250us", value_parser = mdbus_tool_support::duration::parse)]
     pub repair_linger: Duration,
+    /// Chronically lossy subscribers among them, each losing --lossy-loss
+    /// percent more on its own link; reported apart (they may be
+    /// throttled and miss messages).
+    #[arg(long, default_value_t = 0)]
+    pub lossy_subscribers: u32,
+    /// Extra loss of each lossy subscriber, in percent.
+    #[arg(long, default_value_t = 30.0)]
+    pub lossy_loss: f64,
+    /// The publisher's lossy-receiver protection
+    /// (streams.NAME.lossy_share_percent); 0 turns it off.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub lossy_share: u32,
     /// One-way delay to the nearest subscriber.
     #[arg(long, default_value = "20us", value_parser = mdbus_tool_support::duration::parse)]
     pub one_way: Duration,
@@ -85,8 +97,23 @@ impl Args {
                 self.correlated
             ));
         }
+        if !(0.0..=100.0).contains(&self.lossy_loss) {
+            return Err(format!(
+                "--lossy-loss {} is not a percentage",
+                self.lossy_loss
+            ));
+        }
+        if self.lossy_subscribers >= self.subscribers {
+            return Err(format!(
+                "--lossy-subscribers {} leaves no other subscriber of {}",
+                self.lossy_subscribers, self.subscribers
+            ));
+        }
         Ok(FanoutParams {
             subscribers: self.subscribers as usize,
+            lossy_subscribers: self.lossy_subscribers as usize,
+            lossy_loss_percent: self.lossy_loss,
+            lossy_share_percent: self.lossy_share,
             messages: self.messages,
             loss_percent: self.loss,
             correlated: self.correlated,
@@ -161,6 +188,11 @@ pub fn object(a: &Args, r: &FanoutReport) -> serde_json::Value {
         "incomplete_subscribers".into(),
         r.incomplete_subscribers.into(),
     );
+    m.insert("lossy_subscribers".into(), a.lossy_subscribers.into());
+    m.insert("lossy_share_pct".into(), a.lossy_share.into());
+    m.insert("requesters_throttled".into(), r.requesters_throttled.into());
+    m.insert("throttled_notices".into(), r.throttled_notices.into());
+    m.insert("lossy_incomplete".into(), r.lossy_incomplete.into());
     m.insert("lost".into(), (!r.delivered_all).into());
     serde_json::Value::Object(m)
 }
@@ -211,6 +243,15 @@ is measured by the net_recovery tests"
             "recovery µs: p50 {} p99 {} max {}  delivered to all: {}",
             us.p50, us.p99, us.max, r.delivered_all
         );
+        if a.lossy_subscribers > 0 {
+            println!(
+                "lossy subscribers {} ({} incomplete)  requesters throttled {}  notices believed {}",
+                a.lossy_subscribers,
+                r.lossy_incomplete,
+                r.requesters_throttled,
+                r.throttled_notices
+            );
+        }
     }
     let lost = (!r.delivered_all).then(|| {
         format!(
