@@ -712,6 +712,70 @@ mod udp_tests {
     }
 
     #[test]
+    fn a_subscriber_over_its_share_is_told_with_a_sealed_notice_and_reports_gaps() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mdbus-share-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("stream.key");
+        std::fs::write(
+            &key,
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // With a key the subscriber believes sealed datagrams only: a
+        // counted notice is a sealed one.
+        let cfg = StreamConfig {
+            max_message: 32,
+            retransmit_timeout: std::time::Duration::from_millis(2),
+            retransmit_retries: 3,
+            retransmit_burst: 8,
+            lossy_share_percent: 1,
+            // Short windows: a notice at each, some of which the lossy
+            // line drops too.
+            lossy_window: std::time::Duration::from_millis(1),
+            key_file: key.display().to_string(),
+            ..StreamConfig::default()
+        };
+        // One datagram in three lost: far over a 1% share.
+        let (mut p, mut s) = lossy_pair("share", 45, &cfg, 3);
+        let total = 3_000u64;
+        let (mut next, mut seq, mut gaps) = (1u64, 0u64, 0u64);
+        for _ in 0..100_000_000u64 {
+            if seq < total {
+                seq += 1;
+                p.claim(8).unwrap().copy_from_slice(&seq.to_le_bytes());
+                p.commit(8, 0, 0).unwrap();
+            }
+            p.service().unwrap();
+            s.poll(64, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), next);
+                    next += 1;
+                }
+                Event::Gap { from, to } => {
+                    assert_eq!(from, next);
+                    gaps += to - from;
+                    next = to;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+            if next > total {
+                break;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let (pc, sc) = (p.counters(), s.counters());
+        assert_eq!(next - 1, total, "{sc:?}");
+        assert!(sc.throttled > 0, "{sc:?}");
+        assert!(pc.requesters_throttled >= sc.throttled, "{pc:?} {sc:?}");
+        assert!(pc.drops.over_budget > 0, "{pc:?}");
+        // What it could not get back is reported, never lost silently.
+        assert!(gaps > 0 && sc.unrecoverable == gaps, "{sc:?}");
+    }
+
+    #[test]
     fn loss_on_a_real_udp_line_is_recovered() {
         let cfg = StreamConfig {
             max_message: 32,
