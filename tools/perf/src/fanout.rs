@@ -23,8 +23,11 @@ pub struct Args {
     pub simulate: bool,
     /// Run over real sockets instead: `udp` (needs root, iproute2 and
     /// nftables: each subscriber is a process in its own network
-    /// namespace; at most 249 subscribers).
-    #[arg(long, value_parser = ["udp"])]
+    /// namespace; at most 249 subscribers), or `verbs` (UD multicast in
+    /// the RDMA lane: the publisher on MDBUS_RDMA_ADDR, default 10.99.0.1,
+    /// every subscriber on MDBUS_RDMA_ADDR_B, default 10.99.0.2, all of
+    /// --loss upstream as tc netem on MDBUS_RDMA_NETDEV, default veth0).
+    #[arg(long, value_parser = ["udp", "verbs"])]
     pub transport: Option<String>,
     /// --transport udp: datagrams per second the publisher sends (twenty
     /// 32-byte messages each).
@@ -314,7 +317,60 @@ mod udp {
 
     use super::{round, Args};
     use crate::common::Failure;
-    use crate::netns::Star;
+    use crate::netns::{Netem, Star};
+
+    /// Where the processes run and how loss is injected.
+    enum Net {
+        /// UDP: a network namespace per host on one bridge.
+        Star(Star),
+        /// Verbs UD multicast: this host's two RDMA devices, the publisher
+        /// on the first; loss (if any) upstream of all subscribers.
+        Rdma(Option<Netem>),
+    }
+
+    fn env_or(name: &str, default: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| default.into())
+    }
+
+    impl Net {
+        fn transport(&self) -> &'static str {
+            match self {
+                Net::Star(_) => "udp",
+                Net::Rdma(_) => "verbs",
+            }
+        }
+
+        fn addr(&self, h: usize) -> String {
+            match (self, h) {
+                (Net::Star(t), _) => t.addr(h).to_string(),
+                (Net::Rdma(_), 0) => env_or("MDBUS_RDMA_ADDR", "10.99.0.1"),
+                (Net::Rdma(_), _) => env_or("MDBUS_RDMA_ADDR_B", "10.99.0.2"),
+            }
+        }
+
+        fn command(&self, h: usize, exe: &str) -> std::process::Command {
+            match self {
+                Net::Star(t) => t.exec(h, exe),
+                Net::Rdma(_) => std::process::Command::new(exe),
+            }
+        }
+
+        fn enter_publisher(&self) -> Result<(), Failure> {
+            match self {
+                Net::Star(t) => t.enter(0),
+                Net::Rdma(_) => Ok(()),
+            }
+        }
+
+        /// Drops so far: (upstream, on single subscribers' links).
+        fn dropped(&self) -> Result<(u64, u64), Failure> {
+            match self {
+                Net::Star(t) => t.dropped().map(|(up, each)| (up, each.iter().sum())),
+                Net::Rdma(Some(n)) => Ok((n.dropped()?, 0)),
+                Net::Rdma(None) => Ok((0, 0)),
+            }
+        }
+    }
 
     /// Where a subscriber process finds its stream configuration.
     const TOML_ENV: &str = "MDBUS_PERF_FANOUT_TOML";
@@ -345,19 +401,24 @@ mod udp {
     }
 
     /// The stream configuration of host `h`.
-    fn config(t: &Star, h: usize, a: &Args) -> String {
+    fn config(t: &Net, h: usize, a: &Args) -> String {
         let ns = |d: Duration| d.as_nanos();
+        // UDP subscribers accept the publisher's address alone.
+        let source = match t {
+            Net::Star(_) => format!("source = \"{}:40100\"\n", t.addr(0)),
+            Net::Rdma(_) => String::new(),
+        };
         format!(
-            "transport = \"udp\"\n[streams.f]\nmax_message = 32\ncapacity = {capacity}\n\
-             group = \"239.78.0.1:40101\"\ninterface = \"{addr}\"\nsource = \"{src}:40100\"\n\
+            "transport = \"{transport}\"\n[streams.f]\nmax_message = 32\ncapacity = {capacity}\n\
+             group = \"239.78.0.1:40101\"\ninterface = \"{addr}\"\n{source}\
              autoflush = false\ntimestamps = true\nlate_join = \"oldest\"\n\
              heartbeat_interval = \"10ms\"\nheartbeat_timeout = \"10s\"\n\
              retransmit_timeout = \"{timeout}ns\"\nretransmit_retries = 200\n\
              nak_backoff = \"{backoff}ns\"\nnak_group_size = {group}\n\
              repair = \"{repair}\"\nrepair_linger = \"{linger}ns\"\n",
+            transport = t.transport(),
             capacity = (a.messages as usize).next_power_of_two().max(1024),
             addr = t.addr(h),
-            src = t.addr(0),
             // Several times the linger and the wait: a repair to the group
             // must have had time to arrive before a repeat.
             timeout = (4 * (ns(a.repair_linger) + ns(a.nak_backoff))).max(50_000_000),
@@ -471,27 +532,39 @@ mod udp {
                 a.loss, a.correlated
             )));
         }
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(Failure::Usage(
-                "fanout --transport udp needs root: it builds a network namespace per host".into(),
-            ));
-        }
         crate::common::catch_interrupts()?;
         let n = a.subscribers as usize;
-        let star = Star::create(n + 1)?;
-        // In hundredths of a percent, as the rules draw them.
-        let upstream = (a.loss * a.correlated * 100.0).round() as u32;
-        let each = (a.loss * (1.0 - a.correlated) * 100.0).round() as u32;
-        star.impair(upstream, each)?;
+        let star = if a.transport.as_deref() == Some("verbs") {
+            let netem = if a.loss > 0.0 {
+                Some(Netem::add(&env_or("MDBUS_RDMA_NETDEV", "veth0"), a.loss)?)
+            } else {
+                None
+            };
+            Net::Rdma(netem)
+        } else {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                return Err(Failure::Usage(
+                    "fanout --transport udp needs root: it builds a network namespace per host"
+                        .into(),
+                ));
+            }
+            let star = Star::create(n + 1)?;
+            // In hundredths of a percent, as the rules draw them.
+            let upstream = (a.loss * a.correlated * 100.0).round() as u32;
+            let each = (a.loss * (1.0 - a.correlated) * 100.0).round() as u32;
+            star.impair(upstream, each)?;
+            Net::Star(star)
+        };
         let exe = std::env::current_exe()?;
         let exe = exe.to_string_lossy();
         let (tx, rx) = mpsc::channel::<(usize, String)>();
         let mut subs: Vec<Child> = Vec::with_capacity(n);
         for h in 1..=n {
             let mut child = star
-                .exec(h, &exe)
-                .args(["fanout", "--transport", "udp", "--role", "subscriber"])
+                .command(h, &exe)
+                .args(["fanout", "--transport", star.transport()])
+                .args(["--role", "subscriber"])
                 .args(["--messages", &a.messages.to_string()])
                 .env(TOML_ENV, config(&star, h, a))
                 .stdin(Stdio::null())
@@ -518,8 +591,8 @@ mod udp {
             let _ = child.wait();
         }
         let (seen, pc) = result?;
-        let (up, per_sub) = star.dropped()?;
-        report(a, &seen, &pc, up, per_sub.iter().sum())
+        let (up, each) = star.dropped()?;
+        report(a, &seen, &pc, up, each)
     }
 
     /// Waits for every subscriber, publishes, serves requests until every
@@ -527,7 +600,7 @@ mod udp {
     /// the publisher's counters.
     fn publish_and_collect(
         a: &Args,
-        star: &Star,
+        star: &Net,
         n: usize,
         rx: &mpsc::Receiver<(usize, String)>,
     ) -> Result<(Vec<Seen>, mdbus::recovery::Counters), Failure> {
@@ -541,7 +614,7 @@ mod udp {
                 return Err(Failure::Run(format!("subscriber {h} said `{l}`")));
             }
         }
-        star.enter(0)?;
+        star.enter_publisher()?;
         let bus = Bus::new(
             Config::from_toml_str(&config(star, 0, a), "<fanout publisher>")
                 .map_err(|e| Failure::Usage(e.to_string()))?,
@@ -671,7 +744,8 @@ mod udp {
         } else {
             let us = ns.divided(1000);
             println!(
-                "udp: {} subscribers  messages {}  loss events {} ({upstream} upstream, {independent} on one subscriber's link)",
+                "{}: {} subscribers  messages {}  loss events {} ({upstream} upstream, {independent} on one subscriber's link)",
+                a.transport.as_deref().unwrap_or("udp"),
                 seen.len(),
                 a.messages,
                 loss_events

@@ -495,3 +495,42 @@ impl Drop for Star {
         self.remove();
     }
 }
+
+/// `tc netem loss` on one netdev of this host (the RDMA lane's veth0, on
+/// which the publisher's device sends): every drop there is lost by every
+/// subscriber behind it. Removed on drop.
+pub struct Netem {
+    dev: String,
+}
+
+impl Netem {
+    /// Drops `pct` percent of what `dev` sends.
+    pub fn add(dev: &str, pct: f64) -> Result<Netem, Failure> {
+        let loss = format!("{pct}%");
+        run(&[
+            "tc", "qdisc", "replace", "dev", dev, "root", "netem", "loss", &loss,
+        ])?;
+        Ok(Netem { dev: dev.into() })
+    }
+
+    /// Datagrams dropped so far.
+    pub fn dropped(&self) -> Result<u64, Failure> {
+        let text = output(&["tc", "-s", "qdisc", "show", "dev", &self.dev])?;
+        text.split("dropped ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| Failure::Run(format!("cannot read the drop count from: {text}")))
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.dev, "root"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
