@@ -241,6 +241,16 @@ pub struct StreamConfig {
     /// way). Keep it below the subscribers' `retransmit_timeout`.
     #[serde(with = "duration_str")]
     pub repair_linger: Duration,
+    /// Publishers: lossy-receiver protection. The most messages one
+    /// subscriber may ask for within `lossy_window`, in percent of the
+    /// messages published per window (never less than `retransmit_burst`);
+    /// beyond it the subscriber is told once and its requests are ignored
+    /// for the rest of the window, so one that keeps losing on its own
+    /// cannot spend the budget the others share. 0: off.
+    pub lossy_share_percent: u32,
+    /// Publishers: the window `lossy_share_percent` is measured over.
+    #[serde(with = "duration_str")]
+    pub lossy_window: Duration,
     /// Send each message as it is committed (datagram transports). Off:
     /// messages are packed into datagrams, and on UDP full datagrams are
     /// queued (up to 32), until the publisher's `flush` or `service` is
@@ -325,6 +335,8 @@ impl Default for StreamConfig {
             nak_group_size: 100,
             repair: Repair::Auto,
             repair_linger: Duration::from_micros(250),
+            lossy_share_percent: 10,
+            lossy_window: Duration::from_secs(1),
             autoflush: true,
             source: String::new(),
             source_b: String::new(),
@@ -796,6 +808,21 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
         return Err((
             format!("{key}.nak_group_size"),
             "0 is not allowed: at least 1".to_string(),
+        ));
+    }
+    if s.lossy_share_percent > 100 {
+        return Err((
+            format!("{key}.lossy_share_percent"),
+            format!(
+                "{} is out of range: allowed 0 (off) to 100",
+                s.lossy_share_percent
+            ),
+        ));
+    }
+    if s.lossy_share_percent > 0 && s.lossy_window.is_zero() {
+        return Err((
+            format!("{key}.lossy_window"),
+            "0s is not allowed while lossy_share_percent is set".to_string(),
         ));
     }
     // A subscriber that lost a repair to the group asks again after its
@@ -1411,6 +1438,22 @@ mod tests {
             );
             assert!(e.message.contains("streams.NAME.interface"), "{e}");
         }
+    }
+
+    #[test]
+    fn lossy_share_settings_are_checked_with_the_key_named() {
+        let e = Config::from_toml_str("[streams.md]\nlossy_share_percent = 101\n", "f.toml")
+            .unwrap_err();
+        assert_eq!(e.key, "streams.md.lossy_share_percent");
+        let e =
+            Config::from_toml_str("[streams.md]\nlossy_window = \"0s\"\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "streams.md.lossy_window");
+        let c = Config::from_toml_str(
+            "[streams.md]\nlossy_share_percent = 0\nlossy_window = \"0s\"\n",
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.stream("md").lossy_share_percent, 0);
     }
 
     #[test]

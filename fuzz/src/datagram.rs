@@ -86,7 +86,9 @@ fn check(f: &Frame<'_>, len: usize, limits: &Limits) {
         } => {
             assert!(oldest <= latest && latest <= MAX_SEQ)
         }
-        Frame::Request { from, count } | Frame::NotAvailable { from, count } => {
+        Frame::Request { from, count }
+        | Frame::NotAvailable { from, count }
+        | Frame::Throttled { from, count } => {
             assert!(from >= 1 && count >= 1 && from + count <= MAX_SEQ + 1)
         }
     }

@@ -138,6 +138,12 @@ pub struct Counters {
     /// Publisher: requested messages not sent again because they went to
     /// the group moments before (within the repair linger).
     pub requests_lingered: u64,
+    /// Publisher: times a requester went over its share of the stream
+    /// (`lossy_share_percent`) and was told so; once per requester per
+    /// window. Its further requests in the window are dropped as
+    /// [`DropReason::OverBudget`], the messages cut from a request count
+    /// in `retransmit_throttled`.
+    pub requesters_throttled: u64,
 
     /// Subscriber: messages delivered to the application.
     pub messages_delivered: u64,
@@ -171,6 +177,10 @@ pub struct Counters {
     pub not_available_received: u64,
     /// Subscriber: heartbeats received.
     pub heartbeats_received: u64,
+    /// Subscriber: throttled notices received for messages it had asked
+    /// for: the publisher found it asking for more than its share of the
+    /// stream and ignores its requests for a while (docs/SCALING.md).
+    pub throttled: u64,
     /// Subscriber: messages whose first copy came on line A.
     pub wins_a: u64,
     /// Subscriber: messages whose first copy came on line B.

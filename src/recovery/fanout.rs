@@ -67,13 +67,25 @@ pub struct FanoutParams {
     pub repair: Repair,
     /// The publisher's repair linger.
     pub repair_linger: Duration,
+    /// Chronically lossy subscribers (the first ones): each loses
+    /// `lossy_loss_percent` of datagrams on its own link on top of the
+    /// rest. Their completeness is reported apart
+    /// ([`FanoutReport::lossy_incomplete`]): the publisher may throttle
+    /// them.
+    pub lossy_subscribers: usize,
+    /// Extra independent loss of each lossy subscriber, in percent.
+    pub lossy_loss_percent: f64,
+    /// The publisher's lossy-receiver protection (see
+    /// [`PublisherConfig::lossy_share_percent`]); 0 turns it off.
+    pub lossy_share_percent: u32,
 }
 
 impl Default for FanoutParams {
     /// 100 subscribers, 100,000 32-byte messages at 1 µs, 1% loss of which
     /// half upstream, 20-30 µs one way with 2 µs jitter, NAK delay 20 µs,
     /// backoff 1 ms for a group of 100, request timeout 5 ms, repairs
-    /// `Auto` with a 250 µs linger.
+    /// `Auto` with a 250 µs linger, no lossy subscriber, requesters held
+    /// to 10% of the stream.
     fn default() -> Self {
         FanoutParams {
             subscribers: 100,
@@ -93,6 +105,9 @@ impl Default for FanoutParams {
             request_timeout: Duration::from_millis(5),
             repair: Repair::Auto,
             repair_linger: Duration::from_micros(250),
+            lossy_subscribers: 0,
+            lossy_loss_percent: 0.0,
+            lossy_share_percent: 10,
         }
     }
 }
@@ -129,6 +144,13 @@ pub struct FanoutReport {
     pub delivered_all: bool,
     /// Subscribers that did not (0 when `delivered_all`).
     pub incomplete_subscribers: usize,
+    /// Times the publisher found a requester over its share and told it.
+    pub requesters_throttled: u64,
+    /// Throttled notices the subscribers believed.
+    pub throttled_notices: u64,
+    /// Lossy subscribers that did not get every message (they are left
+    /// out of `delivered_all`, `incomplete_subscribers` and `recovery`).
+    pub lossy_incomplete: usize,
 }
 
 impl FanoutReport {
@@ -179,7 +201,8 @@ struct Net {
     delay: Vec<u64>,
     jitter: u64,
     p_up: f64,
-    p_ind: f64,
+    /// Per subscriber: chance its own link drops a datagram.
+    p_ind: Vec<f64>,
     burst: u32,
     /// Upstream datagrams still to drop in the current burst.
     burst_left: u32,
@@ -232,7 +255,16 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
         // A burst of `burst` drops per upstream event keeps the upstream
         // share of the loss at `correlated`.
         p_up: share * correlated / burst as f64,
-        p_ind: share * (1.0 - correlated),
+        p_ind: (0..n)
+            .map(|s| {
+                let extra = if s < p.lossy_subscribers {
+                    p.lossy_loss_percent / 100.0
+                } else {
+                    0.0
+                };
+                (share * (1.0 - correlated) + extra).clamp(0.0, 1.0)
+            })
+            .collect(),
         burst,
         burst_left: 0,
     };
@@ -249,6 +281,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
         retransmit_global_rate: 0,
         repair: p.repair,
         repair_linger: p.repair_linger,
+        lossy_share_percent: p.lossy_share_percent,
         ..PublisherConfig::new(1, 1)
     })
     .expect("valid publisher settings");
@@ -328,7 +361,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
             return drops;
         }
         for s in 0..n {
-            if net.rng.chance_of(net.p_ind) {
+            if net.rng.chance_of(net.p_ind[s]) {
                 if let (Some(r), Some(l)) = (range, lost.as_deref_mut()) {
                     drops.1 += 1;
                     l[s].push(r);
@@ -393,7 +426,9 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
                             multicast(&mut net, now, &r, None);
                         }
                         Dest::Requester => {
-                            if !net.rng.chance_of(net.p_ind) && !net.rng.chance_of(net.p_up) {
+                            if !net.rng.chance_of(net.p_ind[s as usize])
+                                && !net.rng.chance_of(net.p_up)
+                            {
                                 let pkt = net.store(&r);
                                 let t = net.arrival(now, s as usize);
                                 net.at(t, What::ToSub { s, p: pkt });
@@ -411,6 +446,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
         let (nx, br) = (&mut next[s], &mut broken[s]);
         let (lost_s, lost_i) = (&lost[s], &mut lost_at[s]);
         let (published_at, recovery) = (&published_at, &mut recovery);
+        let measured = s >= p.lossy_subscribers;
         let mut deliver = |e: Event<'_>| match e {
             Event::Message(m) => {
                 if m.seq() != *nx {
@@ -423,11 +459,15 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
                     *lost_i += 1;
                 }
                 if let Some(&(a, b)) = lost_s.get(*lost_i) {
-                    if (a..=b).contains(&m.seq()) {
+                    if measured && (a..=b).contains(&m.seq()) {
                         let live = published_at[m.seq() as usize] + base;
                         let _ = recovery.record(now.saturating_sub(live).max(1));
                     }
                 }
+            }
+            Event::Gap { to, .. } | Event::Overrun { to, .. } => {
+                *br = true;
+                *nx = to;
             }
             _ => *br = true,
         };
@@ -443,7 +483,7 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
             }
         }
         for r in out.drain(..) {
-            if !net.rng.chance_of(net.p_ind) {
+            if !net.rng.chance_of(net.p_ind[s]) {
                 let pkt = net.store(&r);
                 let t = net.arrival(now, s);
                 net.at(
@@ -467,14 +507,19 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
 
     let mut requests = 0;
     let mut suppressed = 0;
+    let mut throttled = 0;
     for s in &subs {
         let c = s.counters();
         requests += c.requests_sent;
         suppressed += c.suppressed;
+        throttled += c.throttled;
     }
-    let incomplete = (0..n)
-        .filter(|&s| broken[s] || next[s] != p.messages + 1)
-        .count();
+    let incomplete_in = |r: std::ops::Range<usize>| {
+        r.filter(|&s| broken[s] || next[s] != p.messages + 1)
+            .count()
+    };
+    let lossy = p.lossy_subscribers.min(n);
+    let incomplete = incomplete_in(lossy..n);
     let pc = publisher.counters();
     FanoutReport {
         subscribers: n,
@@ -490,6 +535,9 @@ pub fn simulate(p: &FanoutParams) -> FanoutReport {
         recovery,
         delivered_all: incomplete == 0,
         incomplete_subscribers: incomplete,
+        requesters_throttled: pc.requesters_throttled,
+        throttled_notices: throttled,
+        lossy_incomplete: incomplete_in(0..lossy),
     }
 }
 
@@ -573,6 +621,33 @@ mod tests {
         assert!(r.delivered_all, "{r:?}");
         assert!(r.upstream_loss_events >= 4, "{r:?}");
         assert!(!r.recovery.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn one_chronically_lossy_subscriber_is_throttled_and_the_others_recover_as_before() {
+        let params = FanoutParams {
+            subscribers: 30,
+            messages: 20_000,
+            loss_percent: 1.0,
+            correlated: 0.5,
+            ..FanoutParams::default()
+        };
+        let calm = simulate(&params);
+        let lossy = simulate(&FanoutParams {
+            lossy_subscribers: 1,
+            lossy_loss_percent: 30.0,
+            ..params.clone()
+        });
+        assert!(calm.delivered_all && lossy.delivered_all, "{lossy:?}");
+        assert_eq!((calm.requesters_throttled, calm.throttled_notices), (0, 0));
+        // The lossy one asked for far more than 10% of the stream: it was
+        // cut and told.
+        assert!(lossy.requesters_throttled >= 1, "{lossy:?}");
+        assert!(lossy.throttled_notices >= 1, "{lossy:?}");
+        assert_eq!(lossy.lossy_incomplete, 1, "{lossy:?}");
+        // The others' recovery is no slower.
+        let p99 = |r: &FanoutReport| r.recovery.value_at_quantile(0.99);
+        assert!(p99(&lossy) <= 2 * p99(&calm), "{calm:?} {lossy:?}");
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! | 8 | 4 | `stream_id` | which stream |
 //! | 12 | 4 | `length` | bytes of the whole datagram, this header included |
 //! | 16 | 8 | `epoch` | the publisher's incarnation |
-//! | 24 | 8 | `seq` | first message (data), latest (heartbeat), first requested or unavailable (request, not-available), last (end of stream) |
-//! | 32 | 8 | `arg` | data: 0, or the [`Fragment`] fields; heartbeat and end of stream: oldest retained sequence; request and not-available: message count |
+//! | 24 | 8 | `seq` | first message (data), latest (heartbeat), first requested, unavailable or refused (request, not-available, throttled), last (end of stream) |
+//! | 32 | 8 | `arg` | data: 0, or the [`Fragment`] fields; heartbeat and end of stream: oldest retained sequence; request, not-available and throttled: message count |
 //!
 //! Data and retransmitted data carry `count` messages with consecutive
 //! sequence numbers from `seq`, each a [`wire::Header`](crate::wire::Header)
@@ -70,6 +70,11 @@ pub enum Kind {
     NotAvailable = 5,
     /// The publisher closed the stream; `seq` is its last message.
     EndOfStream = 6,
+    /// Publisher to subscriber (unicast): the subscriber asked for more
+    /// than its share of the stream (`lossy_share_percent`); `arg`
+    /// messages from `seq` will not be resent, and its further requests
+    /// are ignored until the window ends.
+    Throttled = 7,
 }
 
 impl Kind {
@@ -82,6 +87,7 @@ impl Kind {
             4 => Kind::Request,
             5 => Kind::NotAvailable,
             6 => Kind::EndOfStream,
+            7 => Kind::Throttled,
             _ => return None,
         })
     }
@@ -174,7 +180,8 @@ pub enum DropReason {
     #[error("datagram without a message authentication code")]
     Unauthenticated,
     /// A retransmit request beyond the requester's or the publisher's
-    /// retransmission budget.
+    /// retransmission budget, or from a requester over its share of the
+    /// stream (lossy-receiver protection).
     #[error("retransmit request over budget")]
     OverBudget,
 }
@@ -356,6 +363,14 @@ pub enum Frame<'a> {
         /// Oldest sequence retained (0 when none).
         oldest: u64,
     },
+    /// The requester is over its share: `count` messages from `from` will
+    /// not be resent.
+    Throttled {
+        /// First sequence refused.
+        from: u64,
+        /// Messages refused.
+        count: u64,
+    },
 }
 
 impl Frame<'_> {
@@ -503,7 +518,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Datagram<'a>, DropRe
                 decode_fragment(body, count, seq, arg, retransmit, limits)?
             }
         }
-        Kind::Heartbeat | Kind::EndOfStream | Kind::Request | Kind::NotAvailable => {
+        Kind::Heartbeat
+        | Kind::EndOfStream
+        | Kind::Request
+        | Kind::NotAvailable
+        | Kind::Throttled => {
             if count != 0 {
                 return Err(DropReason::BadCount);
             }
@@ -536,16 +555,19 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Datagram<'a>, DropRe
                     if seq == 0 || arg > MAX_SEQ || seq > MAX_SEQ - arg {
                         return Err(DropReason::BadSequence);
                     }
-                    if kind == Kind::Request {
-                        Frame::Request {
+                    match kind {
+                        Kind::Request => Frame::Request {
                             from: seq,
                             count: arg,
-                        }
-                    } else {
-                        Frame::NotAvailable {
+                        },
+                        Kind::NotAvailable => Frame::NotAvailable {
                             from: seq,
                             count: arg,
-                        }
+                        },
+                        _ => Frame::Throttled {
+                            from: seq,
+                            count: arg,
+                        },
                     }
                 }
             }
@@ -642,7 +664,7 @@ fn decode_fragment<'a>(
 }
 
 /// Writes a control datagram (heartbeat, request, not-available, end of
-/// stream), which is the header alone.
+/// stream, throttled), which is the header alone.
 pub fn encode_control(
     out: &mut [u8; DATAGRAM_HEADER_LEN],
     kind: Kind,
@@ -814,6 +836,7 @@ mod tests {
             (Kind::Request, 4, 6),
             (Kind::NotAvailable, 1, 2),
             (Kind::EndOfStream, 10, 0),
+            (Kind::Throttled, 7, 5),
         ] {
             encode_control(&mut b, kind, 9, 2, seq, arg);
             let d = decode(&b, &LIMITS).unwrap();
@@ -823,6 +846,7 @@ mod tests {
                 Frame::Request { from, count } => (from, count) == (seq, arg),
                 Frame::NotAvailable { from, count } => (from, count) == (seq, arg),
                 Frame::EndOfStream { last_seq, oldest } => (last_seq, oldest) == (seq, arg),
+                Frame::Throttled { from, count } => (from, count) == (seq, arg),
                 _ => false,
             };
             assert!(ok, "{kind:?} {:?}", d.frame);

@@ -78,6 +78,17 @@ pub struct PublisherConfig {
     /// timeout, so that a subscriber that lost the repair too gets it
     /// when it asks again.
     pub repair_linger: Duration,
+    /// Lossy-receiver protection: the most messages one requester may ask
+    /// for within `lossy_window`, in percent of the messages published in
+    /// a window (the current one or the previous, whichever is larger),
+    /// and never less than `retransmit_burst`. Beyond it the requester is
+    /// sent one [`Kind::Throttled`] notice and its requests are ignored
+    /// until the window ends, so a subscriber that keeps losing on its
+    /// own cannot spend the retransmission budget the others share.
+    /// 0 turns the protection off.
+    pub lossy_share_percent: u32,
+    /// The window `lossy_share_percent` is measured over.
+    pub lossy_window: Duration,
 }
 
 /// Where a publisher sends the messages a subscriber asked for again.
@@ -116,7 +127,7 @@ impl PublisherConfig {
     /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
     /// request, 100,000 messages per second per requester, 200,000 for all
     /// requesters together (bursts of 8192), repairs to the requester, a
-    /// 250 µs linger.
+    /// 250 µs linger, requesters held to 10% of the stream per second.
     pub fn new(stream_id: u32, epoch: u64) -> PublisherConfig {
         PublisherConfig {
             stream_id,
@@ -134,6 +145,8 @@ impl PublisherConfig {
             key: None,
             repair: Repair::Requester,
             repair_linger: Duration::from_micros(250),
+            lossy_share_percent: 10,
+            lossy_window: Duration::from_secs(1),
         }
     }
 
@@ -191,6 +204,21 @@ impl PublisherConfig {
             return err(
                 "retransmit_reply_bytes",
                 "0 is not allowed: at least 1".into(),
+            );
+        }
+        if self.lossy_share_percent > 100 {
+            return err(
+                "lossy_share_percent",
+                format!(
+                    "{} is out of range: allowed 0 (off) to 100",
+                    self.lossy_share_percent
+                ),
+            );
+        }
+        if self.lossy_share_percent > 0 && self.lossy_window.is_zero() {
+            return err(
+                "lossy_window",
+                "0 is not allowed while lossy_share_percent is set".into(),
             );
         }
         Ok(())
@@ -274,6 +302,48 @@ impl TokenBucket {
 /// only ever makes the limit stricter.
 const REQUESTER_BUCKETS: usize = 256;
 
+/// Lossy-receiver protection: what each requester (hashed like the
+/// buckets) asked for in the current window.
+#[derive(Debug)]
+struct LossyShare {
+    percent: u64,
+    window_ns: u64,
+    /// Floor of the allowance: one full reply burst.
+    floor: u64,
+    window_start: u64,
+    /// `messages_published` when the window started.
+    published_at_start: u64,
+    /// Messages published in the previous window.
+    published_before: u64,
+    /// Per slot: messages asked for in this window.
+    asked: Box<[u64]>,
+    /// Per slot: told in this window.
+    told: Box<[bool]>,
+}
+
+impl LossyShare {
+    /// Starts a new window when the current one is over.
+    fn roll(&mut self, now: u64, published: u64) {
+        if now.saturating_sub(self.window_start) < self.window_ns && self.window_start != 0 {
+            return;
+        }
+        self.published_before = published - self.published_at_start;
+        self.published_at_start = published;
+        self.window_start = now.max(1);
+        self.asked.fill(0);
+        self.told.fill(false);
+    }
+
+    /// Messages slot `k` may still ask for in this window.
+    fn left(&self, k: usize, published: u64) -> u64 {
+        let basis = self
+            .published_before
+            .max(published - self.published_at_start);
+        let allowance = (basis.saturating_mul(self.percent) / 100).max(self.floor);
+        allowance.saturating_sub(self.asked[k])
+    }
+}
+
 fn requester_slot(key: u64) -> usize {
     // Fibonacci hashing: the top bits of the product mix every key bit.
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % REQUESTER_BUCKETS
@@ -309,6 +379,8 @@ pub struct PublisherCore {
     /// A ring of the last repairs sent, newest at `recent_next - 1`.
     recent: [RecentRepair; RECENT_REPAIRS],
     recent_next: usize,
+    /// `None` when `lossy_share_percent` is 0.
+    lossy: Option<LossyShare>,
 }
 
 /// Where one reply datagram goes.
@@ -355,6 +427,16 @@ impl PublisherCore {
             linger_ns: cfg.repair_linger.as_nanos().min(u64::MAX as u128) as u64,
             recent: [RecentRepair::default(); RECENT_REPAIRS],
             recent_next: 0,
+            lossy: (cfg.lossy_share_percent > 0).then(|| LossyShare {
+                percent: cfg.lossy_share_percent.into(),
+                window_ns: cfg.lossy_window.as_nanos().min(u64::MAX as u128) as u64,
+                floor: cfg.retransmit_burst.into(),
+                window_start: 0,
+                published_at_start: 0,
+                published_before: 0,
+                asked: vec![0; REQUESTER_BUCKETS].into_boxed_slice(),
+                told: vec![false; REQUESTER_BUCKETS].into_boxed_slice(),
+            }),
         })
     }
 
@@ -606,9 +688,40 @@ impl PublisherCore {
         self.counters.requests_received += 1;
         // Sequences not yet published cannot be asked for in good faith;
         // they are ignored.
-        let end = from.saturating_add(count).min(self.retained.next_seq());
+        let mut end = from.saturating_add(count).min(self.retained.next_seq());
         if from >= end {
             return Ok(());
+        }
+        if let Some(lossy) = &mut self.lossy {
+            let published = self.counters.messages_published;
+            lossy.roll(now, published);
+            let k = requester_slot(requester);
+            let left = lossy.left(k, published);
+            let allowed = end.min(from.saturating_add(left));
+            lossy.asked[k] += allowed - from;
+            if allowed < end {
+                // Told once per window: a requester that keeps asking gets
+                // no more notices than it got repairs.
+                if !lossy.told[k] {
+                    lossy.told[k] = true;
+                    frame::encode_control(
+                        &mut self.control,
+                        Kind::Throttled,
+                        self.stream_id,
+                        self.epoch,
+                        allowed,
+                        end - allowed,
+                    );
+                    send(Dest::Requester, &self.control);
+                    self.counters.requesters_throttled += 1;
+                    self.counters.datagrams_sent += 1;
+                }
+                self.counters.retransmit_throttled += end - allowed;
+                if allowed == from {
+                    return Err(DropReason::OverBudget);
+                }
+                end = allowed;
+            }
         }
         let oldest = match self.retained.oldest() {
             0 => self.retained.next_seq(),
@@ -733,6 +846,8 @@ mod tests {
             retain_messages: 8,
             retain_bytes: 8000,
             heartbeat_interval: Duration::from_micros(100),
+            // The tests of the other budgets run without it.
+            lossy_share_percent: 0,
             ..PublisherConfig::new(5, 77)
         }
     }
@@ -1100,6 +1215,128 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    /// (kind, first, count) of each reply, and the request's result.
+    type Answer = (Vec<(Kind, u64, u64)>, Result<(), DropReason>);
+
+    /// Replies to `who`'s request.
+    fn ask_all(p: &mut PublisherCore, who: u64, from: u64, count: u64, now: u64) -> Answer {
+        let mut out = Vec::new();
+        let r = p.on_request(who, &request(from, count, 77), now, |_, d: &[u8]| {
+            out.push(match decode(d, &limits()).unwrap().frame {
+                Frame::Messages {
+                    first_seq,
+                    messages,
+                    ..
+                } => (Kind::Retransmit, first_seq, messages.len() as u64),
+                Frame::Throttled { from, count } => (Kind::Throttled, from, count),
+                f => panic!("{f:?}"),
+            })
+        });
+        (out, r)
+    }
+
+    /// A publisher with replies of 4 messages, no rate limit, requesters
+    /// held to `percent` per 1 ms window, and `published` messages out.
+    fn sharing(percent: u32, published: u64) -> PublisherCore {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            retain_messages: 128,
+            retransmit_burst: 4,
+            retransmit_rate: 0,
+            lossy_share_percent: percent,
+            lossy_window: Duration::from_micros(1000),
+            ..config()
+        })
+        .unwrap();
+        for _ in 0..published {
+            p.publish(b"x", None, 0, |_: &[u8]| {}).unwrap();
+        }
+        p
+    }
+
+    #[test]
+    fn a_requester_over_its_share_is_cut_told_once_and_ignored_until_the_window_ends() {
+        let us = 1_000;
+        let mut p = sharing(10, 100);
+        // 10% of the 100 messages published: 10 messages per window, in
+        // replies of at most `retransmit_burst`.
+        assert_eq!(
+            ask_all(&mut p, 1, 1, 4, 10 * us),
+            (vec![(Kind::Retransmit, 1, 4)], Ok(()))
+        );
+        assert_eq!(
+            ask_all(&mut p, 1, 11, 4, 20 * us),
+            (vec![(Kind::Retransmit, 11, 4)], Ok(()))
+        );
+        // Two more are allowed, the other two refused, and it is told.
+        assert_eq!(
+            ask_all(&mut p, 1, 21, 4, 30 * us),
+            (
+                vec![(Kind::Throttled, 23, 2), (Kind::Retransmit, 21, 2)],
+                Ok(())
+            )
+        );
+        // Further requests in the window are ignored, without a notice.
+        assert_eq!(
+            ask_all(&mut p, 1, 31, 2, 40 * us),
+            (vec![], Err(DropReason::OverBudget))
+        );
+        // Another subscriber is not affected.
+        assert_eq!(
+            ask_all(&mut p, 2, 41, 4, 50 * us),
+            (vec![(Kind::Retransmit, 41, 4)], Ok(()))
+        );
+        let c = p.counters();
+        assert_eq!(c.requesters_throttled, 1);
+        assert_eq!(c.retransmit_throttled, 4);
+        assert_eq!(c.drops.over_budget, 1);
+        assert_eq!(c.retransmitted, 14);
+        // A new window: served again.
+        assert_eq!(
+            ask_all(&mut p, 1, 31, 2, 1020 * us),
+            (vec![(Kind::Retransmit, 31, 2)], Ok(()))
+        );
+    }
+
+    #[test]
+    fn the_share_never_falls_below_one_burst_and_zero_turns_it_off() {
+        let mut p = sharing(10, 5);
+        // 10% of 5 is 0: the floor of one burst still lets a late joiner
+        // or a lone loss be repaired.
+        assert_eq!(
+            ask_all(&mut p, 1, 1, 5, 1_000),
+            (
+                vec![(Kind::Throttled, 5, 1), (Kind::Retransmit, 1, 4)],
+                Ok(())
+            )
+        );
+        let mut off = sharing(0, 100);
+        for k in 0..20 {
+            let (out, r) = ask_all(&mut off, 1, 1 + 4 * k, 4, 1_000 + k);
+            assert_eq!((out.len(), r), (1, Ok(())), "{k}");
+        }
+        assert_eq!(off.counters().requesters_throttled, 0);
+    }
+
+    #[test]
+    fn lossy_settings_are_checked() {
+        let bad = |f: fn(&mut PublisherConfig)| {
+            let mut c = config();
+            f(&mut c);
+            PublisherCore::new(&c).unwrap_err().key
+        };
+        assert_eq!(bad(|c| c.lossy_share_percent = 101), "lossy_share_percent");
+        assert_eq!(
+            bad(|c| {
+                c.lossy_share_percent = 5;
+                c.lossy_window = Duration::ZERO
+            }),
+            "lossy_window"
+        );
+        let mut c = config();
+        c.lossy_window = Duration::ZERO;
+        assert!(PublisherCore::new(&c).is_ok(), "off needs no window");
     }
 
     #[test]

@@ -280,7 +280,9 @@ fn top_of(frame: &Frame<'_>) -> u64 {
         Frame::Fragment { header, .. } => header.seq,
         Frame::Heartbeat { latest, .. } => latest,
         Frame::EndOfStream { last_seq, .. } => last_seq,
-        Frame::Request { from, .. } | Frame::NotAvailable { from, .. } => from,
+        Frame::Request { from, .. }
+        | Frame::NotAvailable { from, .. }
+        | Frame::Throttled { from, .. } => from,
     }
 }
 
@@ -647,7 +649,9 @@ impl SubscriberCore {
                 Frame::Fragment { header, .. } => header.seq > last,
                 Frame::Heartbeat { latest, .. } => latest > last,
                 Frame::EndOfStream { last_seq, .. } => last_seq != last,
-                Frame::Request { .. } | Frame::NotAvailable { .. } => false,
+                Frame::Request { .. } | Frame::NotAvailable { .. } | Frame::Throttled { .. } => {
+                    false
+                }
             };
             if beyond {
                 return Err(DropReason::BadSequence);
@@ -754,6 +758,23 @@ impl SubscriberCore {
                     result = Err(DropReason::UnconfirmedNotAvailable);
                 }
             }
+            Frame::Throttled { from, count } => {
+                // Believed for messages this subscriber asked for and
+                // still misses; it changes nothing but the count (the
+                // driver logs it): the subscriber keeps asking at its
+                // usual pace and gives up only after its retries, so a
+                // forged notice can neither end nor stall recovery.
+                let last = (from + count - 1).min(self.high);
+                let asked = (from.max(self.next)..=last).any(|s| {
+                    let slot = self.window.slot(s);
+                    slot.state == State::Missing && slot.tries > 0
+                });
+                if asked {
+                    self.counters.throttled += 1;
+                } else {
+                    result = Err(DropReason::Unsolicited);
+                }
+            }
             Frame::Request { .. } => {}
         }
         self.advance(0, deliver);
@@ -809,7 +830,7 @@ impl SubscriberCore {
             Frame::Fragment { header, .. } => (header.seq, 1),
             Frame::Heartbeat { latest, oldest } => (latest + 1, oldest),
             Frame::EndOfStream { last_seq, oldest } => (last_seq + 1, oldest),
-            Frame::Request { .. } | Frame::NotAvailable { .. } => (1, 1),
+            Frame::Request { .. } | Frame::NotAvailable { .. } | Frame::Throttled { .. } => (1, 1),
         };
         self.next = if from_oldest {
             first.saturating_sub(back).max(oldest).max(1)
@@ -1469,6 +1490,44 @@ mod tests {
     }
 
     #[test]
+    fn a_throttled_notice_is_counted_and_recovery_goes_on() {
+        let mut t = T::new(SubscriberConfig {
+            max_retries: 3,
+            ..config()
+        });
+        t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
+        t.feed(Line::A, &data(1, 5, 1, false), 0).unwrap();
+        // Not asked for yet: a notice is not believed.
+        assert_eq!(
+            t.feed(Line::A, &control(Kind::Throttled, 1, 2, 3), US),
+            Err(DropReason::Unsolicited)
+        );
+        t.tick(10 * US);
+        assert_eq!(t.requests, vec![(2, 5)]);
+        // For messages asked for: counted, and nothing else changes.
+        t.feed(Line::A, &control(Kind::Throttled, 1, 3, 2), 11 * US)
+            .unwrap();
+        // Beyond what is known, or for messages held: not believed.
+        assert_eq!(
+            t.feed(Line::A, &control(Kind::Throttled, 1, 9, 2), 12 * US),
+            Err(DropReason::Unsolicited)
+        );
+        assert_eq!(
+            t.feed(Line::A, &control(Kind::Throttled, 1, 5, 1), 12 * US),
+            Err(DropReason::Unsolicited)
+        );
+        assert_eq!(t.take(), vec![msg(1)]);
+        let c = t.sub.counters();
+        assert_eq!((c.throttled, c.drops.unsolicited), (1, 3));
+        // The subscriber asks again at its usual pace and recovers.
+        t.tick(211 * US);
+        assert_eq!(t.requests, vec![(2, 5), (2, 5)]);
+        t.feed(Line::A, &data(1, 2, 3, true), 220 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(2), msg(3), msg(4), msg(5)]);
+        assert_eq!(t.sub.counters().unrecoverable, 0);
+    }
+
+    #[test]
     fn not_available_is_reported_as_a_gap_at_once() {
         let mut t = T::new(config());
         t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
@@ -1866,6 +1925,32 @@ mod tests {
                 Err(DropReason::ForeignSource)
             );
             t.from(GENUINE, &data(1, 4, 2, true), 30 * US).unwrap();
+            assert_eq!(t.take(), vec![msg(4), msg(5), msg(6)]);
+            assert_eq!(t.sub.counters().unrecoverable, 0);
+        }
+
+        #[test]
+        fn forged_throttled_notices_neither_end_nor_stall_the_stream() {
+            let mut t = following();
+            t.from(GENUINE, &data(1, 6, 1, false), US).unwrap();
+            t.tick(20 * US);
+            assert_eq!(t.requests, vec![(4, 6)]);
+            // From another source: dropped; from the genuine address, a
+            // counted notice at most, however many.
+            assert_eq!(
+                t.from(FORGER, &control(Kind::Throttled, 1, 4, 2), 21 * US),
+                Err(DropReason::ForeignSource)
+            );
+            for i in 0..100 {
+                t.from(GENUINE, &control(Kind::Throttled, 1, 4, 2), 22 * US + i)
+                    .unwrap();
+            }
+            assert_eq!(t.sub.counters().throttled, 100);
+            assert!(t.take().is_empty());
+            // The hole is still asked for and filled.
+            t.tick(1_000 * US);
+            assert_eq!(t.requests, vec![(4, 6), (4, 6)]);
+            t.from(GENUINE, &data(1, 4, 2, true), 1_010 * US).unwrap();
             assert_eq!(t.take(), vec![msg(4), msg(5), msg(6)]);
             assert_eq!(t.sub.counters().unrecoverable, 0);
         }

@@ -110,6 +110,8 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             retransmit_reply_bytes: cfg.retransmit_reply_bytes,
             repair: cfg.repair,
             repair_linger: cfg.repair_linger,
+            lossy_share_percent: cfg.lossy_share_percent,
+            lossy_window: cfg.lossy_window,
             ..PublisherConfig::new(stream_id(name), crate::clock::now_ns())
         };
         let core = PublisherCore::new(&pc).map_err(|e| config_error(&channel, e))?;
@@ -248,6 +250,7 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
                 // Malformed and over-budget requests are counted by the
                 // core and dropped.
                 let who = L::source_key(&peer);
+                let throttled = self.core.counters().requesters_throttled;
                 let _ = self
                     .core
                     .on_request(who, &req[..len], now, |dest, reply| match dest {
@@ -262,6 +265,15 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
                             }
                         }
                     });
+                if self.core.counters().requesters_throttled != throttled {
+                    // Once per subscriber per window: no log flood.
+                    log::warn!(
+                        "{}: the subscriber at {peer:?} asked for more than its share of the \
+                         stream (lossy_share_percent); its retransmit requests are ignored \
+                         until the window ends",
+                        self.channel
+                    );
+                }
             }
         }
         self.take_failure()
@@ -314,6 +326,9 @@ fn line_of(i: usize) -> Line {
 /// Subscriber of a stream over one or two datagram lines.
 pub struct DatagramSubscriber<L: DatagramLink> {
     core: SubscriberCore,
+    channel: String,
+    /// Throttled notices already logged.
+    throttled_logged: u64,
     lines: Vec<L>,
     /// Per line, the source the core is bound to: where requests go.
     publisher: Vec<Option<L::Peer>>,
@@ -368,6 +383,8 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
         }
         Ok(DatagramSubscriber {
             core,
+            channel,
+            throttled_logged: 0,
             lines,
             publisher,
             pending: Pending {
@@ -431,6 +448,16 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
         let before = core.counters().messages_delivered;
         core.tick(now, &mut *f, |req: &[u8]| pending.push(req));
         delivered += (core.counters().messages_delivered - before) as usize;
+        let throttled = core.counters().throttled;
+        if throttled != self.throttled_logged {
+            self.throttled_logged = throttled;
+            log::warn!(
+                "{}: the publisher throttled this subscriber's retransmit requests: it asked \
+                 for more than its share of the stream (notices so far: {throttled}); \
+                 what it cannot recover is reported as gaps",
+                self.channel
+            );
+        }
         self.send_pending()?;
         Ok(delivered)
     }
@@ -511,6 +538,10 @@ mod tests {
         let cfg = StreamConfig {
             max_message: 32,
             retransmit_timeout: std::time::Duration::from_millis(1),
+            // One datagram in seven lost on its own link is what the
+            // lossy-receiver protection throttles; here the driver's
+            // recovery is under test.
+            lossy_share_percent: 0,
             ..StreamConfig::default()
         };
         let link = |me| SimLink {
@@ -678,6 +709,70 @@ mod udp_tests {
         assert_eq!(next - 1, total, "{c:?}");
         assert!(c.fragments_received > total, "{c:?}");
         assert!(s.lines[0].lost > 0 && c.recovered > 0, "{c:?}");
+    }
+
+    #[test]
+    fn a_subscriber_over_its_share_is_told_with_a_sealed_notice_and_reports_gaps() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mdbus-share-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("stream.key");
+        std::fs::write(
+            &key,
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // With a key the subscriber believes sealed datagrams only: a
+        // counted notice is a sealed one.
+        let cfg = StreamConfig {
+            max_message: 32,
+            retransmit_timeout: std::time::Duration::from_millis(2),
+            retransmit_retries: 3,
+            retransmit_burst: 8,
+            lossy_share_percent: 1,
+            // Short windows: a notice at each, some of which the lossy
+            // line drops too.
+            lossy_window: std::time::Duration::from_millis(1),
+            key_file: key.display().to_string(),
+            ..StreamConfig::default()
+        };
+        // One datagram in three lost: far over a 1% share.
+        let (mut p, mut s) = lossy_pair("share", 45, &cfg, 3);
+        let total = 3_000u64;
+        let (mut next, mut seq, mut gaps) = (1u64, 0u64, 0u64);
+        for _ in 0..100_000_000u64 {
+            if seq < total {
+                seq += 1;
+                p.claim(8).unwrap().copy_from_slice(&seq.to_le_bytes());
+                p.commit(8, 0, 0).unwrap();
+            }
+            p.service().unwrap();
+            s.poll(64, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), next);
+                    next += 1;
+                }
+                Event::Gap { from, to } => {
+                    assert_eq!(from, next);
+                    gaps += to - from;
+                    next = to;
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .unwrap();
+            if next > total {
+                break;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let (pc, sc) = (p.counters(), s.counters());
+        assert_eq!(next - 1, total, "{sc:?}");
+        assert!(sc.throttled > 0, "{sc:?}");
+        assert!(pc.requesters_throttled >= sc.throttled, "{pc:?} {sc:?}");
+        assert!(pc.drops.over_budget > 0, "{pc:?}");
+        // What it could not get back is reported, never lost silently.
+        assert!(gaps > 0 && sc.unrecoverable == gaps, "{sc:?}");
     }
 
     #[test]

@@ -157,7 +157,13 @@ enum Command {
     /// subscriber protocol cores on a modelled network with loss upstream
     /// of every subscriber (--correlated share, in --burst runs) and loss
     /// per subscriber, NAK suppression (--nak-backoff) and repairs to the
-    /// group (--repair).
+    /// group (--repair). With --transport udp instead, over real UDP
+    /// multicast (root): a subscriber process per network namespace on one
+    /// bridge, nftables dropping upstream of all of them and on the way to
+    /// each; it adds "transport", "pace_datagrams_per_s", "repairs",
+    /// "repairs_per_loss_event", "requesters_throttled",
+    /// "throttled_notices" and "latency_ns" (every message's delivery time)
+    /// to the keys below.
     ///
     /// Reports, per loss event (an upstream drop, or one subscriber's own
     /// drop of a datagram), the requests the subscribers sent and the

@@ -146,7 +146,11 @@ fn remove_stale() {
         };
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         let suffix = &rest[digits.len()..];
-        if digits.is_empty() || !matches!(suffix, "h0" | "h1" | "sw") {
+        // Two-host topologies: h0, h1, sw; stars (fan-out): fsw, fhN.
+        let star_host = suffix
+            .strip_prefix("fh")
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if digits.is_empty() || !(matches!(suffix, "h0" | "h1" | "sw" | "fsw") || star_host) {
             continue;
         }
         if !std::path::Path::new("/proc").join(&digits).exists() {
@@ -171,37 +175,9 @@ impl Topology {
         t.remove();
         // From here on, drop removes whatever was made.
         let sw = t.switch();
-        run(&["ip", "netns", "add", &sw])?;
-        run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
-        // Flood multicast: no IGMP querier runs on this switch.
-        run(&[
-            "ip",
-            "-n",
-            &sw,
-            "link",
-            "set",
-            "br0",
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ])?;
-        run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+        add_switch(&sw)?;
         for h in 0..2 {
-            let ns = t.host(h);
-            let port = format!("p{h}");
-            run(&["ip", "netns", "add", &ns])?;
-            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-            run(&[
-                "ip", "-n", &ns, "link", "add", "a0", "type", "veth", "peer", "name", &port,
-                "netns", &sw,
-            ])?;
-            run(&["ip", "-n", &sw, "link", "set", &port, "master", "br0"])?;
-            run(&["ip", "-n", &sw, "link", "set", &port, "up"])?;
-            let addr = format!("{}/24", t.addr(h));
-            run(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "a0"])?;
-            run(&["ip", "-n", &ns, "link", "set", "a0", "up"])?;
-            run(&["ip", "-n", &ns, "route", "add", "224.0.0.0/4", "dev", "a0"])?;
+            add_host(&sw, &t.host(h), h, t.addr(h))?;
         }
         Ok(t)
     }
@@ -303,20 +279,7 @@ impl Topology {
     /// Moves this process (its calling thread, the only one that opens
     /// sockets) into host `h`'s network namespace.
     pub fn enter(&self, h: usize) -> Result<(), Failure> {
-        let path = std::path::Path::new(NETNS_DIR).join(self.host(h));
-        let file = File::open(&path)
-            .map_err(|e| Failure::Run(format!("cannot open {}: {e}", path.display())))?;
-        // SAFETY: setns takes an open namespace descriptor, which `file`
-        // keeps open for the call, and a namespace type; it touches no
-        // memory of ours.
-        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(Failure::Run(format!(
-                "cannot enter network namespace {}: {}",
-                self.host(h),
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(())
+        enter(&self.host(h))
     }
 }
 
@@ -337,5 +300,237 @@ impl Topology {
                 .stderr(Stdio::null())
                 .status();
         }
+    }
+}
+
+/// Namespace `sw` with bridge `br0`, flooding multicast.
+fn add_switch(sw: &str) -> Result<(), Failure> {
+    run(&["ip", "netns", "add", sw])?;
+    run(&["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])?;
+    // Flood multicast: no IGMP querier runs on this switch.
+    run(&[
+        "ip",
+        "-n",
+        sw,
+        "link",
+        "set",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "0",
+    ])?;
+    run(&["ip", "-n", sw, "link", "set", "br0", "up"])
+}
+
+/// Namespace `ns` as host `h` on switch `sw`: interface `a0` with `addr`,
+/// its other end `pH` on the bridge, multicast routed out of it.
+fn add_host(sw: &str, ns: &str, h: usize, addr: Ipv4Addr) -> Result<(), Failure> {
+    let port = format!("p{h}");
+    run(&["ip", "netns", "add", ns])?;
+    run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+    run(&[
+        "ip", "-n", ns, "link", "add", "a0", "type", "veth", "peer", "name", &port, "netns", sw,
+    ])?;
+    run(&["ip", "-n", sw, "link", "set", &port, "master", "br0"])?;
+    run(&["ip", "-n", sw, "link", "set", &port, "up"])?;
+    let addr = format!("{addr}/24");
+    run(&["ip", "-n", ns, "addr", "add", &addr, "dev", "a0"])?;
+    run(&["ip", "-n", ns, "link", "set", "a0", "up"])?;
+    run(&["ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", "a0"])
+}
+
+/// Moves the calling thread into network namespace `name`.
+fn enter(name: &str) -> Result<(), Failure> {
+    let path = std::path::Path::new(NETNS_DIR).join(name);
+    let file = File::open(&path)
+        .map_err(|e| Failure::Run(format!("cannot open {}: {e}", path.display())))?;
+    // SAFETY: setns takes an open namespace descriptor, which `file` keeps
+    // open for the call, and a namespace type; it touches no memory of ours.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(Failure::Run(format!(
+            "cannot enter network namespace {name}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// One switch and `hosts` hosts (host 0 the publisher's), for
+/// `fanout --transport udp`: loss upstream of every subscriber is an
+/// nftables rule on the bridge dropping the publisher's multicast as it
+/// comes in (one drop, lost by all), loss of one subscriber a rule on the
+/// bridge dropping multicast on its way out to that subscriber's port.
+/// Removed on drop.
+pub struct Star {
+    tag: String,
+    subnet: u8,
+    hosts: usize,
+}
+
+impl Star {
+    /// Builds the switch and the hosts (at most 250).
+    pub fn create(hosts: usize) -> Result<Star, Failure> {
+        if !(2..=250).contains(&hosts) {
+            return Err(Failure::Usage(format!(
+                "{} hosts: a star has 2 to 250",
+                hosts
+            )));
+        }
+        if !have("nft", "-v") {
+            return Err(Failure::Usage(
+                "fanout --transport udp needs nftables (`nft`, Debian package nftables) to \
+                 drop datagrams on the bridge"
+                    .into(),
+            ));
+        }
+        remove_stale();
+        let pid = std::process::id();
+        let t = Star {
+            tag: format!("{PREFIX}{pid}f"),
+            subnet: (pid % 250) as u8 + 1,
+            hosts,
+        };
+        t.remove();
+        let sw = t.switch();
+        add_switch(&sw)?;
+        for h in 0..hosts {
+            add_host(&sw, &t.host(h), h, t.addr(h))?;
+        }
+        Ok(t)
+    }
+
+    fn switch(&self) -> String {
+        format!("{}sw", self.tag)
+    }
+
+    /// Namespace of host `h`.
+    pub fn host(&self, h: usize) -> String {
+        format!("{}h{h}", self.tag)
+    }
+
+    /// Address of host `h`.
+    pub fn addr(&self, h: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 78, self.subnet, h as u8 + 1)
+    }
+
+    /// Moves the calling thread into host `h`.
+    pub fn enter(&self, h: usize) -> Result<(), Failure> {
+        enter(&self.host(h))
+    }
+
+    /// A command that runs `program` inside host `h`.
+    pub fn exec(&self, h: usize, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.host(h), program]);
+        c
+    }
+
+    /// Drops `upstream` hundredths of a percent of the multicast host 0
+    /// sends, as it enters the switch, and `each` hundredths of a percent
+    /// of the multicast on its way to every other host, independently.
+    pub fn impair(&self, upstream: u32, each: u32) -> Result<(), Failure> {
+        let mut rules = String::from(
+            "table bridge mdbus_fanout {\n chain up {\n  type filter hook prerouting priority 0;\n",
+        );
+        rules.push_str(&format!(
+            "  iifname \"p0\" ip daddr 224.0.0.0/4 numgen random mod 10000 < {upstream} counter drop\n }}\n"
+        ));
+        rules.push_str(" chain down {\n  type filter hook postrouting priority 0;\n");
+        for h in 1..self.hosts {
+            rules.push_str(&format!(
+                "  oifname \"p{h}\" ip daddr 224.0.0.0/4 numgen random mod 10000 < {each} counter drop\n"
+            ));
+        }
+        rules.push_str(" }\n}\n");
+        run_input(
+            &["ip", "netns", "exec", &self.switch(), "nft", "-f", "-"],
+            Some(&rules),
+        )
+    }
+
+    /// Datagrams dropped so far: (upstream, per host 1.. in order).
+    pub fn dropped(&self) -> Result<(u64, Vec<u64>), Failure> {
+        let text = output(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.switch(),
+            "nft",
+            "list",
+            "table",
+            "bridge",
+            "mdbus_fanout",
+        ])?;
+        // One counter per rule, in the order they were added.
+        let counts: Vec<u64> = text
+            .split("packets ")
+            .skip(1)
+            .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .collect();
+        if counts.len() != self.hosts {
+            return Err(Failure::Run(format!(
+                "cannot read {} drop counters from: {text}",
+                self.hosts
+            )));
+        }
+        Ok((counts[0], counts[1..].to_vec()))
+    }
+
+    fn remove(&self) {
+        let names = (0..self.hosts).map(|h| self.host(h));
+        for ns in names.chain(std::iter::once(self.switch())) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Star {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// `tc netem loss` on one netdev of this host (the RDMA lane's veth0, on
+/// which the publisher's device sends): every drop there is lost by every
+/// subscriber behind it. Removed on drop.
+pub struct Netem {
+    dev: String,
+}
+
+impl Netem {
+    /// Drops `pct` percent of what `dev` sends.
+    pub fn add(dev: &str, pct: f64) -> Result<Netem, Failure> {
+        let loss = format!("{pct}%");
+        run(&[
+            "tc", "qdisc", "replace", "dev", dev, "root", "netem", "loss", &loss,
+        ])?;
+        Ok(Netem { dev: dev.into() })
+    }
+
+    /// Datagrams dropped so far.
+    pub fn dropped(&self) -> Result<u64, Failure> {
+        let text = output(&["tc", "-s", "qdisc", "show", "dev", &self.dev])?;
+        text.split("dropped ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| Failure::Run(format!("cannot read the drop count from: {text}")))
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.dev, "root"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }

@@ -1580,7 +1580,7 @@ fn fanout_without_simulate_or_with_bad_shares_is_a_usage_error() {
     let out = perf(&["fanout", "--subscribers", "4"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("only --simulate is offered"),
+        String::from_utf8_lossy(&out.stderr).contains("say --simulate, or --transport udp"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
