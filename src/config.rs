@@ -335,7 +335,7 @@ impl Default for StreamConfig {
             nak_group_size: 100,
             repair: Repair::Auto,
             repair_linger: Duration::from_micros(250),
-            lossy_share_percent: 10,
+            lossy_share_percent: 0,
             lossy_window: Duration::from_secs(1),
             autoflush: true,
             source: String::new(),
@@ -1445,14 +1445,14 @@ mod tests {
         let e = Config::from_toml_str("[streams.md]\nlossy_share_percent = 101\n", "f.toml")
             .unwrap_err();
         assert_eq!(e.key, "streams.md.lossy_share_percent");
-        let e =
-            Config::from_toml_str("[streams.md]\nlossy_window = \"0s\"\n", "f.toml").unwrap_err();
-        assert_eq!(e.key, "streams.md.lossy_window");
-        let c = Config::from_toml_str(
-            "[streams.md]\nlossy_share_percent = 0\nlossy_window = \"0s\"\n",
+        let e = Config::from_toml_str(
+            "[streams.md]\nlossy_share_percent = 10\nlossy_window = \"0s\"\n",
             "f.toml",
         )
-        .unwrap();
+        .unwrap_err();
+        assert_eq!(e.key, "streams.md.lossy_window");
+        // Off by default, and then the window does not matter.
+        let c = Config::from_toml_str("[streams.md]\nlossy_window = \"0s\"\n", "f.toml").unwrap();
         assert_eq!(c.stream("md").lossy_share_percent, 0);
     }
 

@@ -145,7 +145,7 @@ impl PublisherConfig {
             key: None,
             repair: Repair::Requester,
             repair_linger: Duration::from_micros(250),
-            lossy_share_percent: 10,
+            lossy_share_percent: 0,
             lossy_window: Duration::from_secs(1),
         }
     }
