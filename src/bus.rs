@@ -169,6 +169,18 @@ impl Bus {
     pub fn subscriber(&self, name: &str) -> Result<Subscriber> {
         names::check(name)?;
         let cfg = self.config.stream(name);
+        self.subscriber_with(name, &cfg)
+    }
+
+    /// Subscribes to stream `name` with the settings `cfg` (the archive's
+    /// recorder and replay use their own `late_join`).
+    pub(crate) fn subscriber_with(&self, name: &str, cfg: &StreamConfig) -> Result<Subscriber> {
+        names::check(name)?;
+        let mut cfg = cfg.clone();
+        if cfg.late_join == crate::config::LateJoin::Archive {
+            // The live part of a replay starts as early as it can.
+            cfg.late_join = crate::config::LateJoin::Oldest;
+        }
         let inner = match self.transport {
             TransportKind::Shm => {
                 SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?)

@@ -17,6 +17,7 @@
 
 mod format;
 mod reader;
+mod recorder;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::duration_str;
 pub use format::{FLAG_GAP, INDEX_EVERY, MAGIC};
 pub use reader::{read_all, ArchiveReader, Item, ReaderStats};
+pub use recorder::{Recorder, RecorderStats};
 pub use writer::{ArchiveWriter, WriterStats};
 
 /// When the writer makes what it wrote durable (`fdatasync`).

@@ -206,13 +206,7 @@ impl ArchiveWriter {
             .map_err(ArchiveError::io("truncate", &path))?;
         preallocate(&file, capacity, &path)?;
         let ipath = format::index_path(&dir, base);
-        let index = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&ipath)
-            .map_err(ArchiveError::io("create", &ipath))?;
+        let index = create(&ipath)?;
         index
             .write_all_at(&index_buf, 0)
             .map_err(ArchiveError::io("write", &ipath))?;
@@ -429,13 +423,7 @@ impl ArchiveWriter {
         // Created under a temporary name and renamed whole, so a crash
         // never leaves a segment with half a header under its real name.
         let tmp = dir.join(format!("{seq:020}.seg.tmp"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(ArchiveError::io("create", &tmp))?;
+        let file = create(&tmp)?;
         let header = SegmentHeader {
             base_seq: seq,
             created_ns: now,
@@ -445,13 +433,7 @@ impl ArchiveWriter {
         file.write_all_at(&header.encode(), 0)
             .map_err(ArchiveError::io("write", &tmp))?;
         let ipath = format::index_path(dir, seq);
-        let index = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&ipath)
-            .map_err(ArchiveError::io("create", &ipath))?;
+        let index = create(&ipath)?;
         std::fs::rename(&tmp, &path).map_err(ArchiveError::io("rename", &tmp))?;
         self.active = Some(Active {
             file,
@@ -556,6 +538,17 @@ fn preallocate(f: &File, len: u64, path: &Path) -> Result<(), ArchiveError> {
         });
     }
     Ok(())
+}
+
+/// Creates (or empties) a file for reading and writing.
+fn create(path: &Path) -> Result<File, ArchiveError> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(ArchiveError::io("create", path))
 }
 
 fn remove(path: &Path) -> Result<(), ArchiveError> {
