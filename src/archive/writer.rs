@@ -72,6 +72,8 @@ pub struct ArchiveWriter {
     first: u64,
     unsynced: u64,
     last_sync: Instant,
+    /// Last sequence made durable by a sync.
+    synced: u64,
     stats: WriterStats,
 }
 
@@ -92,6 +94,7 @@ impl ArchiveWriter {
             first: 0,
             unsynced: 0,
             last_sync: Instant::now(),
+            synced: 0,
             stats: WriterStats::default(),
         };
         // A newest segment whose header is torn (a crash while it was
@@ -243,6 +246,11 @@ impl ArchiveWriter {
         self.first
     }
 
+    /// Last sequence a sync made durable (0: none yet in this run).
+    pub fn synced_seq(&self) -> u64 {
+        self.synced
+    }
+
     /// Counters.
     pub fn stats(&self) -> WriterStats {
         self.stats
@@ -375,6 +383,7 @@ impl ArchiveWriter {
         }
         self.unsynced = 0;
         self.last_sync = Instant::now();
+        self.synced = self.next.saturating_sub(1);
         Ok(())
     }
 
@@ -411,6 +420,8 @@ impl ArchiveWriter {
                     .sync_all()
                     .map_err(ArchiveError::io("fsync", &old.path))?;
                 self.stats.syncs += 1;
+                // Everything before the record that begins the next one.
+                self.synced = seq.saturating_sub(1);
             }
             self.closed.push(Closed {
                 base_seq: old.base_seq,
@@ -435,6 +446,12 @@ impl ArchiveWriter {
         let ipath = format::index_path(dir, seq);
         let index = create(&ipath)?;
         std::fs::rename(&tmp, &path).map_err(ArchiveError::io("rename", &tmp))?;
+        if self.cfg.sync != SyncPolicy::None {
+            // The new name survives a power loss too.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(ArchiveError::io("fsync", dir))?;
+        }
         self.active = Some(Active {
             file,
             path,
