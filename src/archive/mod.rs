@@ -18,6 +18,7 @@
 mod format;
 mod reader;
 mod recorder;
+mod replay;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use crate::config::duration_str;
 pub use format::{FLAG_GAP, INDEX_EVERY, MAGIC};
 pub use reader::{read_all, ArchiveReader, Item, ReaderStats};
 pub use recorder::{Recorder, RecorderStats};
+pub use replay::{subscribe_from, ReplayStats, ReplaySubscriber};
 pub use writer::{ArchiveWriter, WriterStats};
 
 /// When the writer makes what it wrote durable (`fdatasync`).
