@@ -235,6 +235,18 @@ impl From<ArchiveError> for crate::Error {
     }
 }
 
+/// The archive configuration of stream `name` of `bus`; an error naming
+/// the key when there is none (`what` says what it was wanted for).
+fn configured(bus: &crate::Bus, name: &str, what: &str) -> crate::Result<ArchiveConfig> {
+    bus.config().archive_for(name).ok_or_else(|| {
+        crate::Error::Config(crate::error::ConfigError::new(
+            "<configuration>",
+            format!("streams.{name}.archive"),
+            format!("is not set, nor is [archive]: there is no archive {what}"),
+        ))
+    })
+}
+
 /// Nanoseconds since the Unix epoch.
 fn now_ns() -> u64 {
     crate::clock::now_ns()

@@ -76,13 +76,7 @@ impl Recorder {
     /// configuration names (`[streams.NAME.archive]` or `[archive]`). The
     /// recorder subscribes from the oldest message the stream retains.
     pub fn start(bus: &Bus, name: &str) -> crate::Result<Recorder> {
-        let cfg = bus.config().archive_for(name).ok_or_else(|| {
-            crate::Error::Config(crate::error::ConfigError::new(
-                "<configuration>",
-                format!("streams.{name}.archive"),
-                "is not set, nor is [archive]: the stream has no archive to record into",
-            ))
-        })?;
+        let cfg = super::configured(bus, name, "to record into")?;
         let stream = StreamConfig {
             late_join: LateJoin::Oldest,
             ..bus.config().stream(name)

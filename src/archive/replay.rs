@@ -93,13 +93,7 @@ pub struct ReplaySubscriber {
 /// `late_join = "archive"` and `archive_from = from`.
 pub fn subscribe_from(bus: &Bus, name: &str, from: u64) -> crate::Result<Subscriber> {
     let cfg = bus.config().stream(name);
-    let archive = bus.config().archive_for(name).ok_or_else(|| {
-        crate::Error::Config(crate::error::ConfigError::new(
-            "<configuration>",
-            format!("streams.{name}.archive"),
-            "is not set, nor is [archive]: there is no archive to replay from",
-        ))
-    })?;
+    let archive = super::configured(bus, name, "to replay from")?;
     let live_cfg = crate::config::StreamConfig {
         late_join: LateJoin::Oldest,
         ..cfg.clone()
@@ -243,7 +237,7 @@ impl ReplaySubscriber {
         f: &mut F,
     ) -> crate::Result<Option<usize>> {
         let mut cur = self.next;
-        let mut live = false;
+        let mut live = self.phase == Phase::Live;
         let mut delivered = 0usize;
         let mut heard = false;
         let mut ahead = false;
@@ -254,11 +248,24 @@ impl ReplaySubscriber {
             let mut step = |e: Event<'_>| {
                 heard = true;
                 if live {
-                    // In order from here: the live stream as it comes.
-                    if let Event::Message(_) = e {
-                        delivered += 1;
+                    // In order from here: the live stream as it comes,
+                    // unless it loses messages the archive may hold.
+                    match e {
+                        Event::Overrun { from, to } | Event::Gap { from, to }
+                            if from <= cur && to > cur =>
+                        {
+                            live = false;
+                            live_at = to;
+                            ahead = true;
+                        }
+                        Event::Message(m) => {
+                            cur = m.seq + 1;
+                            delivered += 1;
+                            f(Event::Message(m));
+                        }
+                        other => f(other),
                     }
-                    return f(e);
+                    return;
                 }
                 match e {
                     Event::Message(m) if ahead => pending.push(Pending::of(&m)),
@@ -307,16 +314,16 @@ impl ReplaySubscriber {
         self.stats.live_skipped += skipped;
         let first = self.next;
         self.next = cur;
-        if live {
-            self.phase = Phase::Live;
-            if self.stats.merge_seq == 0 {
-                self.stats.merge_seq = first;
-            }
-        } else if ahead {
+        if ahead {
             self.stats.rejoins += 1;
             self.live_at = live_at;
             self.pending = pending;
             self.phase = Phase::Replay;
+        } else if live {
+            self.phase = Phase::Live;
+            if self.stats.merge_seq == 0 {
+                self.stats.merge_seq = first;
+            }
         } else if !heard {
             // Nothing live yet: back to the archive.
             self.phase = Phase::Replay;
@@ -346,7 +353,15 @@ impl StreamReceive for ReplaySubscriber {
         while n < max && steps < 4 * max {
             steps += 1;
             let r = match self.phase {
-                Phase::Live => return Ok(n + self.live.poll_events(max - n, f)?),
+                Phase::Live => match self.join_step(max - n, f)? {
+                    // The live stream lost messages: back to the archive.
+                    Some(k) if self.phase == Phase::Replay => Some(k),
+                    Some(k) => return Ok(n + k),
+                    None => {
+                        self.phase = Phase::Live;
+                        None
+                    }
+                },
                 Phase::Replay => {
                     self.exhausted = false;
                     self.replay_step(f)?
