@@ -247,6 +247,13 @@ fn configured(bus: &crate::Bus, name: &str, what: &str) -> crate::Result<Archive
     })
 }
 
+/// Whether a recorded message is a publisher's notice of upstream loss
+/// (`Publisher::publish_source_gap`), which a subscriber receives as
+/// [`Event::SourceGap`](crate::Event::SourceGap) rather than as a message.
+pub fn is_source_gap_notice(m: &crate::Message<'_>) -> bool {
+    m.flags & crate::wire::FLAG_SOURCE_GAP != 0
+}
+
 /// Nanoseconds since the Unix epoch.
 fn now_ns() -> u64 {
     crate::clock::now_ns()
