@@ -47,7 +47,10 @@ fn publish_run(n: u64, rate: u64, dir: Option<&Path>, tag: &str) -> (Histogram<u
         std::process::id()
     );
     if let Some(d) = dir {
-        toml.push_str(&format!("[streams.md.archive]\ndir = \"{}\"\n", d.display()));
+        toml.push_str(&format!(
+            "[streams.md.archive]\ndir = \"{}\"\n",
+            d.display()
+        ));
     }
     let bus = Bus::new(Config::from_toml_str(&toml, "<bench>").unwrap()).unwrap();
     let mut p = bus.publisher("md").unwrap();
@@ -105,12 +108,18 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: u64 = args.get(1).map_or(2_000_000, |s| s.parse().unwrap());
     let rate: u64 = args.get(2).map_or(1_000_000, |s| s.parse().unwrap());
-    let base = PathBuf::from(args.get(3).cloned().unwrap_or_else(|| {
-        std::env::temp_dir().display().to_string()
-    }))
+    let base = PathBuf::from(
+        args.get(3)
+            .cloned()
+            .unwrap_or_else(|| std::env::temp_dir().display().to_string()),
+    )
     .join(format!("mdbus-archive-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    println!("messages {n}, ITCH-sized payloads (mean {:.1} bytes), dir {}", ITCH_SIZES.iter().sum::<usize>() as f64 / ITCH_SIZES.len() as f64, base.display());
+    println!(
+        "messages {n}, ITCH-sized payloads (mean {:.1} bytes), dir {}",
+        ITCH_SIZES.iter().sum::<usize>() as f64 / ITCH_SIZES.len() as f64,
+        base.display()
+    );
 
     // 1. The publisher with and without a recorder.
     let (off, _) = publish_run(n, rate, None, "off");
@@ -188,7 +197,14 @@ fn main() {
     // their indexes, per message they hold (the newest segment is still
     // preallocated whole).
     let last = segs.last().unwrap();
-    let held: u64 = last.file_stem().unwrap().to_str().unwrap().parse::<u64>().unwrap() - 1;
+    let held: u64 = last
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        - 1;
     let closed: u64 = segs[..segs.len() - 1]
         .iter()
         .map(|s| {
