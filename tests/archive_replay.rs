@@ -65,6 +65,18 @@ fn whole_day(
     name: &str,
     configured: bool,
 ) -> (Seen, mdbus::archive::ReplayStats) {
+    whole_day_on(transport_toml, name, configured, |t| t.to_string())
+}
+
+/// The same, with the recorder and the subscriber on a bus of their own
+/// whose configuration `receiving` makes from the publisher's (verbs:
+/// received on the second device, as on another host).
+fn whole_day_on(
+    transport_toml: String,
+    name: &str,
+    configured: bool,
+    receiving: impl Fn(&str) -> String,
+) -> (Seen, mdbus::archive::ReplayStats) {
     let d = dir(name);
     let mut toml = transport_toml;
     if !toml.contains("[streams.md]") {
@@ -78,9 +90,15 @@ fn whole_day(
         "[streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\n[counters]\nenabled = false\n",
         d.display()
     ));
-    let bus = Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap();
-    let mut publisher = bus.publisher("md").unwrap();
-    let recorder = Recorder::start(&bus, "md").unwrap();
+    let pub_bus = Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap();
+    let mut publisher = pub_bus.publisher("md").unwrap();
+    let bus = if receiving(&toml) == toml {
+        None
+    } else {
+        Some(Bus::new(Config::from_toml_str(&receiving(&toml), "<test>").unwrap()).unwrap())
+    };
+    let bus = bus.as_ref().unwrap_or(&pub_bus);
+    let recorder = Recorder::start(bus, "md").unwrap();
     let published = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let delivered = AtomicU64::new(0);
@@ -123,7 +141,7 @@ fn whole_day(
         let mut sub = if configured {
             bus.subscriber("md").unwrap()
         } else {
-            mdbus::archive::subscribe_from(&bus, "md", 1).unwrap()
+            mdbus::archive::subscribe_from(bus, "md", 1).unwrap()
         };
         let mut seen = Seen::default();
         let mut next = 1;
@@ -255,4 +273,30 @@ fn a_range_the_archive_does_not_hold_is_one_gap_with_its_exact_range() {
     assert_eq!(sub.stats().gap_messages, first - 5);
     drop(recorder);
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+mod verbs_support;
+
+/// On RDMA verbs (UD multicast), publisher on the first device, recorder
+/// and subscriber on the second; in the RDMA guest (`scripts/guest-tests
+/// archive_replay`), elsewhere skipped as every verbs test is.
+#[test]
+fn verbs_late_joiner_from_sequence_1_gets_the_whole_day_once_in_order() {
+    if !verbs_support::rdma_or_skip(
+        "verbs_late_joiner_from_sequence_1_gets_the_whole_day_once_in_order",
+    ) {
+        return;
+    }
+    let (a, b) = (verbs_support::addr_a(), verbs_support::addr_b());
+    let toml = format!(
+        "transport = \"verbs\"\n[streams.md]\ngroup = \"{}\"\ninterface = \"{a}\"\nheartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
+        verbs_support::unique_group()
+    );
+    let (seen, stats) = whole_day_on(toml, "verbs", false, |t| {
+        t.replace(
+            &format!("interface = \"{a}\""),
+            &format!("interface = \"{b}\""),
+        )
+    });
+    check(seen, stats);
 }
