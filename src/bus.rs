@@ -169,6 +169,38 @@ impl Bus {
     pub fn subscriber(&self, name: &str) -> Result<Subscriber> {
         names::check(name)?;
         let cfg = self.config.stream(name);
+        if cfg.late_join == crate::config::LateJoin::Archive {
+            return crate::archive::subscribe_from(self, name, cfg.archive_from);
+        }
+        self.subscriber_with(name, &cfg)
+    }
+
+    /// Subscribes to stream `name` with the settings `cfg` (the archive's
+    /// recorder and replay use their own `late_join`).
+    pub(crate) fn subscriber_with(&self, name: &str, cfg: &StreamConfig) -> Result<Subscriber> {
+        let inner = self.subscriber_impl(name, cfg)?;
+        Ok(self.wrap_subscriber(inner, name, cfg.poll_batch))
+    }
+
+    /// A subscriber handle, counted in the bus's counters file, around a
+    /// transport end.
+    pub(crate) fn wrap_subscriber(
+        &self,
+        inner: SubscriberImpl,
+        name: &str,
+        batch: usize,
+    ) -> Subscriber {
+        Subscriber::new(inner, name, batch, self.slots(Role::Subscriber, name))
+    }
+
+    /// The transport end of a subscriber of `name` with settings `cfg`.
+    pub(crate) fn subscriber_impl(&self, name: &str, cfg: &StreamConfig) -> Result<SubscriberImpl> {
+        names::check(name)?;
+        let mut cfg = cfg.clone();
+        if cfg.late_join == crate::config::LateJoin::Archive {
+            // The live part of a replay starts as early as it can.
+            cfg.late_join = crate::config::LateJoin::Oldest;
+        }
         let inner = match self.transport {
             TransportKind::Shm => {
                 SubscriberImpl::Shm(ShmSubscriber::attach(&self.config.shm, name, &cfg)?)
@@ -183,12 +215,7 @@ impl Bus {
             )?),
             other => return Err(self.no_streams(other)),
         };
-        Ok(Subscriber::new(
-            inner,
-            name,
-            cfg.poll_batch,
-            self.slots(Role::Subscriber, name),
-        ))
+        Ok(inner)
     }
 
     /// Offers session `name` and waits up to its `connect_timeout` for the

@@ -82,6 +82,9 @@ pub enum LateJoin {
     Next,
     /// At the oldest message the publisher still retains.
     Oldest,
+    /// From sequence `archive_from`: the stream's archive first, then the
+    /// live stream from exactly the next sequence (docs/ARCHIVE.md).
+    Archive,
 }
 
 /// Shared-memory settings.
@@ -171,6 +174,12 @@ pub struct StreamConfig {
     pub timestamps: bool,
     /// Where a subscriber that joins a running stream starts.
     pub late_join: LateJoin,
+    /// With `late_join = "archive"`: the first sequence a subscriber
+    /// wants (1: the whole stream).
+    pub archive_from: u64,
+    /// Record this stream (`[streams.NAME.archive]`, docs/ARCHIVE.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<crate::archive::ArchiveConfig>,
     /// Most messages one `poll` call delivers, so a busy stream cannot
     /// starve the caller's other work.
     pub poll_batch: usize,
@@ -315,6 +324,8 @@ impl Default for StreamConfig {
             capacity: 65536,
             timestamps: false,
             late_join: LateJoin::Next,
+            archive_from: 1,
+            archive: None,
             poll_batch: 256,
             group: String::new(),
             interface: String::new(),
@@ -569,6 +580,10 @@ pub struct Config {
     pub service: ServiceConfig,
     /// The bus's counters file, read by `mdbus-stat`.
     pub counters: CountersConfig,
+    /// Archive every listed stream, each in `archive.dir/NAME`, unless it
+    /// has its own `[streams.NAME.archive]` (docs/ARCHIVE.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<crate::archive::ArchiveConfig>,
 }
 
 /// `[counters]`: the bus's counters file (see docs/OPERATIONS.md,
@@ -650,6 +665,16 @@ impl Config {
             )
             .map_err(|(k, m)| err(k, m))?;
             check_stream_net(&format!("streams.{name}"), s).map_err(|(k, m)| err(k, m))?;
+            if let Some(a) = &s.archive {
+                a.check(&format!("streams.{name}.archive"), s.max_message)
+                    .map_err(|(k, m)| err(k, m))?;
+            }
+            if s.late_join == LateJoin::Archive && self.archive_for(name).is_none() {
+                return Err(err(
+                    format!("streams.{name}.late_join"),
+                    "\"archive\" needs an archive: add [streams.NAME.archive] or [archive]".into(),
+                ));
+            }
         }
         for (name, s) in &self.sessions {
             crate::names::check(name)
@@ -670,6 +695,14 @@ impl Config {
                     ),
                 ));
             }
+        }
+        if let Some(a) = &self.archive {
+            let max = self.streams.values().map(|s| s.max_message).max();
+            a.check(
+                "archive",
+                max.unwrap_or(StreamConfig::default().max_message),
+            )
+            .map_err(|(k, m)| err(k, m))?;
         }
         if self.verbs.signal_every == 0 || self.verbs.recv_batch == 0 {
             let key = if self.verbs.signal_every == 0 {
@@ -736,6 +769,16 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The archive of stream `name`: its own `[streams.NAME.archive]`, else
+    /// the bus's `[archive]` in a directory of the stream's name; none when
+    /// neither is set.
+    pub fn archive_for(&self, name: &str) -> Option<crate::archive::ArchiveConfig> {
+        match self.streams.get(name).and_then(|s| s.archive.clone()) {
+            Some(a) => Some(a),
+            None => self.archive.as_ref().map(|a| a.for_stream(name)),
+        }
     }
 
     /// The settings of stream `name` (the defaults when it is not listed).
@@ -1518,8 +1561,15 @@ mod tests {
         let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
         let mut c = Config::default();
         c.service.core = Some(0);
-        c.streams.insert("NAME".into(), StreamConfig::default());
+        c.streams.insert(
+            "NAME".into(),
+            StreamConfig {
+                archive: Some(crate::archive::ArchiveConfig::default()),
+                ..StreamConfig::default()
+            },
+        );
         c.sessions.insert("NAME".into(), SessionConfig::default());
+        c.archive = Some(crate::archive::ArchiveConfig::default());
         let table = toml::Table::try_from(&c).unwrap();
         let mut keys = Vec::new();
         fn leaves(prefix: &str, t: &toml::Table, out: &mut Vec<(String, String)>) {

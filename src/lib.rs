@@ -51,6 +51,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]
+pub mod archive;
+#[cfg(not(loom))]
 mod bus;
 pub mod clock;
 #[cfg(not(loom))]

@@ -72,6 +72,36 @@ pub(crate) enum SubscriberImpl {
     Shm(ShmSubscriber),
     Udp(DatagramSubscriber<UdpLink>),
     Ud(DatagramSubscriber<UdLink>),
+    /// The archive's range first, then the live stream (`late_join =
+    /// "archive"`).
+    Replay(Box<crate::archive::ReplaySubscriber>),
+}
+
+impl SubscriberImpl {
+    /// Polls the transport (the archive, for a replay).
+    #[inline]
+    pub(crate) fn poll_events<F: FnMut(Event<'_>)>(
+        &mut self,
+        max: usize,
+        f: &mut F,
+    ) -> Result<usize> {
+        match self {
+            SubscriberImpl::Shm(t) => t.poll(max, f),
+            SubscriberImpl::Udp(t) => t.poll(max, f),
+            SubscriberImpl::Ud(t) => t.poll(max, f),
+            SubscriberImpl::Replay(t) => t.poll(max, f),
+        }
+    }
+
+    /// The transport's loss-recovery counters; none on shared memory.
+    pub(crate) fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
+        match self {
+            SubscriberImpl::Shm(_) => None,
+            SubscriberImpl::Udp(t) => Some(t.counters()),
+            SubscriberImpl::Ud(t) => Some(t.counters()),
+            SubscriberImpl::Replay(t) => t.live_recovery_counters(),
+        }
+    }
 }
 
 macro_rules! with_pub {
@@ -462,12 +492,7 @@ impl Subscriber {
             c.set(sc::SOURCE_GAP_MESSAGES, s.source_gap_messages);
         }
         if c.tick() {
-            let r = match &self.inner {
-                SubscriberImpl::Shm(_) => None,
-                SubscriberImpl::Udp(t) => Some(t.counters()),
-                SubscriberImpl::Ud(t) => Some(t.counters()),
-            };
-            if let Some(r) = r {
+            if let Some(r) = self.inner.recovery_counters() {
                 c.mirror(&r);
             }
         }
@@ -487,10 +512,15 @@ impl Subscriber {
     /// dropped, gaps seen, messages recovered, requests sent, drops by
     /// reason, A/B wins...); `None` on shared memory.
     pub fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
+        self.inner.recovery_counters()
+    }
+
+    /// How a subscriber with `late_join = "archive"` replayed and joined
+    /// the live stream; `None` for the others.
+    pub fn replay_stats(&self) -> Option<crate::archive::ReplayStats> {
         match &self.inner {
-            SubscriberImpl::Shm(_) => None,
-            SubscriberImpl::Udp(t) => Some(t.counters()),
-            SubscriberImpl::Ud(t) => Some(t.counters()),
+            SubscriberImpl::Replay(r) => Some(r.stats()),
+            _ => None,
         }
     }
 
@@ -546,11 +576,7 @@ impl Subscriber {
             }
             f(e)
         };
-        let r = match &mut self.inner {
-            SubscriberImpl::Shm(t) => t.poll(self.batch, &mut counted),
-            SubscriberImpl::Udp(t) => t.poll(self.batch, &mut counted),
-            SubscriberImpl::Ud(t) => t.poll(self.batch, &mut counted),
-        };
+        let r = self.inner.poll_events(self.batch, &mut counted);
         self.publish_counts(delivered, lost);
         if let (Err(e), Some(c)) = (&r, &self.counters) {
             c.error(e);

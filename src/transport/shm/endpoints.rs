@@ -271,7 +271,7 @@ impl ShmSubscriber {
         }
         let start = match late_join {
             LateJoin::Next => reader.tail(),
-            LateJoin::Oldest => reader.oldest(),
+            LateJoin::Oldest | LateJoin::Archive => reader.oldest(),
         };
         // SAFETY: as above.
         reader = unsafe { Reader::new(ring, seg.producer_word(0), start) };

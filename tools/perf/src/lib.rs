@@ -26,6 +26,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`pingpong`], [`throughput`], [`mcast`] | the three commands |
+//! | [`fanout`], [`latejoin`] | the simulated fan-out, and a late joiner replayed from the archive |
 //! | [`flow`] | what throughput and mcast share: the two sides, the payload counter, pacing, serving a stream after its end, the subscriber loop, the loss exit status |
 //! | [`common`] | the options every command shares (perftest's -d, -x, -s, -n, -a, -D among them), failures, the watchdog and Ctrl-C, the cores line |
 //! | [`report`] | the one JSON object of a run (a sweep's `results`), bandwidth units, ib_send_lat's latency columns |
@@ -41,6 +42,7 @@ pub mod common;
 pub mod fanout;
 pub mod flow;
 pub mod ip;
+pub mod latejoin;
 pub mod mcast;
 pub mod netns;
 pub mod peer;
@@ -181,6 +183,21 @@ enum Command {
     /// --allow-loss.
     #[command(after_help = EXIT_CODES_HELP)]
     Fanout(fanout::Args),
+    /// Late join with the whole stream: a subscriber that joins at
+    /// --join-at of --messages (published at --rate, recorded to an
+    /// archive) and asks for everything from sequence 1 gets the archived
+    /// range, then the live stream, exactly once and in order.
+    ///
+    /// With --json the output is one object: {"schema", "tool", "mode",
+    /// "transport", "messages", "received", "duplicates", "gaps",
+    /// "out_of_order", "catchup_ms" (from the join to the switch to the
+    /// live stream), "merge_seq" (the first sequence delivered live; 0
+    /// when the archive delivered everything), "join_seq", "replayed",
+    /// "live_skipped", "rejoins", "rate_msgs_per_sec", "size_bytes",
+    /// "archive_bytes", "recorder_lost"}. A run in which anything was lost, duplicated or
+    /// out of order exits with status 3 unless --allow-loss.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Latejoin(latejoin::Args),
 }
 
 /// The program: parses the command line and runs the command.
@@ -189,6 +206,7 @@ pub fn main() -> ExitCode {
     cli.log.init("mdbus-perf");
     let common = match &cli.command {
         Command::Fanout(args) => return fanout::main(args),
+        Command::Latejoin(args) => return latejoin::main(args),
         Command::Pingpong(a) => &a.common,
         Command::Throughput(a) => &a.common,
         Command::Mcast(a) => &a.common,
@@ -206,6 +224,7 @@ pub fn main() -> ExitCode {
     }
     let (role, result) = match &cli.command {
         Command::Fanout(args) => return fanout::main(args),
+        Command::Latejoin(args) => return latejoin::main(args),
         Command::Pingpong(args) => (args.role_name(), pingpong::run(args).map(|()| 0)),
         Command::Throughput(args) => (args.role_name(), throughput::run(args)),
         Command::Mcast(args) => (args.role_name(), mcast::run(args)),
@@ -260,7 +279,9 @@ mod tests {
                 Command::Pingpong(a) => (a.common, a.load),
                 Command::Throughput(a) => (a.common, a.load),
                 Command::Mcast(a) => (a.common, a.load),
-                Command::Fanout(_) => panic!("a guest line runs fanout: {argv:?}"),
+                Command::Fanout(_) | Command::Latejoin(_) => {
+                    panic!("a guest line runs fanout or latejoin: {argv:?}")
+                }
             };
             crate::transport::resolve(&mut common, TransportKind::Shm).unwrap();
             assert_eq!(common.transport, TransportKind::Verbs, "{argv:?}");
@@ -313,7 +334,7 @@ mod tests {
                 Command::Pingpong(a) => a.load,
                 Command::Throughput(a) => a.load,
                 Command::Mcast(a) => a.load,
-                Command::Fanout(_) => panic!("{mode} parsed as fanout"),
+                Command::Fanout(_) | Command::Latejoin(_) => panic!("{mode} parsed as {mode}?"),
             };
             assert!(load.all && load.duration == Some(std::time::Duration::from_secs(2)));
         }

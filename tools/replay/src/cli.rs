@@ -58,7 +58,9 @@ enum Command {
     /// format is recognised from its content: pcap or pcapng of MoldUDP64
     /// over UDP (each message timed by its packet's capture time), mdcap
     /// (timed by its records), or an ITCH 5.0 BinaryFILE (timed by the
-    /// ITCH timestamps). Captures follow the relay's rules: one session,
+    /// ITCH timestamps); a directory is read as an mdbus archive
+    /// (docs/ARCHIVE.md; timed by its recorded send times, its gaps
+    /// counted as "unrecoverable"). Captures follow the relay's rules: one session,
     /// each sequence number once and in order (A/B duplicates dropped),
     /// far jumps and overflowing ranges refused; everything skipped is
     /// counted by reason under "skipped", and anything that may have been

@@ -6,6 +6,7 @@
 //! | pcap, pcapng of MoldUDP64 over UDP/IPv4 | the pcap or pcapng magic number | the capture time of its packet |
 //! | mdcap (`mdbus_feed::mdcap`) | the magic `MDBUSCAP` | the arrival time in its record |
 //! | ITCH 5.0 BinaryFILE | none of the above, and its first messages decode as ITCH 5.0 | its ITCH timestamp (ns since midnight) |
+//! | mdbus archive (`mdbus::archive`, docs/ARCHIVE.md) | a directory | the send time it was recorded with (0 for a stream without timestamps) |
 //!
 //! The input is opened once (a file, a FIFO, or `-` for standard input)
 //! and its format told from its first bytes without consuming them
@@ -55,6 +56,8 @@ pub enum InputFormat {
     Mdcap,
     /// ITCH 5.0 BinaryFILE.
     Binaryfile,
+    /// A directory recorded by `mdbus::archive`.
+    Archive,
 }
 
 impl fmt::Display for InputFormat {
@@ -64,6 +67,7 @@ impl fmt::Display for InputFormat {
             InputFormat::Pcapng => "pcapng capture of MoldUDP64",
             InputFormat::Mdcap => "mdcap capture",
             InputFormat::Binaryfile => "ITCH 5.0 BinaryFILE",
+            InputFormat::Archive => "mdbus archive",
         })
     }
 }
@@ -143,6 +147,9 @@ pub enum InputError {
         /// Why.
         why: Stopped,
     },
+    /// An archive directory is broken (its message names the file).
+    #[error(transparent)]
+    Archive(#[from] mdbus::archive::ArchiveError),
     /// A well-formed file without messages.
     #[error("{name} holds no messages: there is nothing to replay")]
     NoMessages {
@@ -350,6 +357,7 @@ enum Source {
         sequencer: Box<CaptureSequencer>,
     },
     BinaryFile(Box<BinaryFileReader<Stream>>),
+    Archive(Box<mdbus::archive::ArchiveReader>),
 }
 
 /// Hands the arbiter's messages on, with the time of the datagram (or
@@ -416,6 +424,19 @@ impl Input {
             name: name.clone(),
             source,
         };
+        if path.is_dir() {
+            // An archive: read through the library's reader, from its
+            // first record.
+            let mut reader = mdbus::archive::ArchiveReader::open(path)?;
+            reader.seek(1)?;
+            return Ok(Input {
+                name,
+                format: InputFormat::Archive,
+                source: Source::Archive(Box::new(reader)),
+                stats: InputStats::default(),
+                last_ns: 0,
+            });
+        }
         let file = if path == Path::new("-") {
             // A duplicate of descriptor 0, left blocking: it is shared
             // with whoever started the tool.
@@ -543,6 +564,26 @@ impl Input {
                     }
                 };
                 (more, sequencer)
+            }
+            Source::Archive(reader) => {
+                use mdbus::archive::Item;
+                return match reader.next_item()? {
+                    Some(Item::Message(m)) if mdbus::archive::is_source_gap_notice(&m) => {
+                        // The relay's notice of upstream loss, not a
+                        // message of the feed.
+                        Ok(true)
+                    }
+                    Some(Item::Message(m)) => {
+                        self.stats.messages += 1;
+                        sink(m.timestamp().unwrap_or(0), m.payload());
+                        Ok(true)
+                    }
+                    Some(Item::Gap { from, to }) => {
+                        self.stats.skipped.unrecoverable += to - from;
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                };
             }
             Source::BinaryFile(reader) => {
                 let offset = reader.offset();

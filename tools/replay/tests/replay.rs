@@ -492,17 +492,22 @@ fn a_pcap_of_two_lines_replays_each_message_once() {
     assert_eq!(dropped(&v), 0);
 }
 
+/// A small synthetic day (3 symbols, 500 order messages).
+fn small_day() -> Generator {
+    Generator::new(&SynthConfig {
+        symbols: 3,
+        order_messages: 500,
+        ..SynthConfig::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn an_mdcap_capture_replays() {
     let s = Scratch::new("mdcap");
     let path = s.path("relay.mdcap");
     let mut w = MdcapWriter::create(&path).unwrap();
-    let day = Generator::new(&SynthConfig {
-        symbols: 3,
-        order_messages: 500,
-        ..SynthConfig::default()
-    })
-    .unwrap();
+    let day = small_day();
     let mut n = 0;
     for (i, m) in day.enumerate() {
         w.write(
@@ -522,6 +527,49 @@ fn an_mdcap_capture_replays() {
     let v = replay_json(&args);
     assert_eq!(v["format"], "mdcap");
     assert_eq!(count(&v), n);
+    check_outputs(&out, &v);
+}
+
+#[test]
+fn an_archive_directory_replays_like_a_capture() {
+    use mdbus::archive::{ArchiveConfig, ArchiveWriter};
+    let s = Scratch::new("archive");
+    let dir = s.dir.join("archive");
+    let mut w = ArchiveWriter::open(&ArchiveConfig {
+        dir: dir.clone(),
+        segment_bytes: 64 << 10,
+        ..ArchiveConfig::default()
+    })
+    .unwrap();
+    let day = small_day();
+    let mut n = 0;
+    for (i, m) in day.enumerate() {
+        // Stamped as a stream with `timestamps = true` records them.
+        let ts = 1_700_000_000_000_000_000 + i as u64 * 2_000;
+        w.append(i as u64 + 1, 1, ts, m.bytes()).unwrap();
+        n += 1;
+    }
+    // A range the recorder never received is counted, not replayed.
+    w.gap(n + 1, n + 11).unwrap();
+    drop(w);
+    let out = s.path("out");
+    let path = dir.display().to_string();
+    let mut args = vec![
+        "run",
+        &path,
+        "--rate",
+        "1x",
+        "--out",
+        &out,
+        "--config",
+        &s.config,
+        "--allow-loss",
+    ];
+    args.extend(SHARED_MACHINE);
+    let v = replay_json(&args);
+    assert_eq!(v["format"], "archive");
+    assert_eq!(count(&v), n);
+    assert_eq!(v["skipped"]["unrecoverable"], 10, "{v}");
     check_outputs(&out, &v);
 }
 

@@ -1,0 +1,582 @@
+//! Appending to an archive: preallocated segments, a sparse index, torn
+//! tails cut on open, rotation, retention and sync.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::format::{self, Decoded, SegmentHeader};
+use super::{now_ns, ArchiveConfig, ArchiveError, SyncPolicy};
+
+/// Bytes gathered before one `pwrite`.
+const WRITE_BUFFER: usize = 256 << 10;
+
+/// Counters of a writer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Message records written.
+    pub records: u64,
+    /// Gap records written.
+    pub gaps: u64,
+    /// Sequences those gaps cover.
+    pub gap_messages: u64,
+    /// Record bytes written.
+    pub bytes: u64,
+    /// `fdatasync` calls.
+    pub syncs: u64,
+    /// Segments begun.
+    pub segments_created: u64,
+    /// Segments deleted by retention.
+    pub segments_deleted: u64,
+    /// Bytes of a torn tail cut when the archive was opened.
+    pub torn_bytes_cut: u64,
+}
+
+/// A closed segment.
+#[derive(Debug, Clone)]
+struct Closed {
+    base_seq: u64,
+    bytes: u64,
+    /// When its last record was written (the next segment's creation).
+    ended_ns: u64,
+}
+
+/// The segment being appended to.
+#[derive(Debug)]
+struct Active {
+    file: File,
+    path: PathBuf,
+    index: File,
+    base_seq: u64,
+    capacity: u64,
+    /// End of the records, buffered ones included.
+    end: u64,
+    /// End of what is in the file.
+    written: u64,
+    buf: Vec<u8>,
+    index_buf: Vec<u8>,
+    index_written: u64,
+    records: u64,
+}
+
+/// Appends records to an archive directory. One writer per directory.
+#[derive(Debug)]
+pub struct ArchiveWriter {
+    cfg: ArchiveConfig,
+    closed: Vec<Closed>,
+    active: Option<Active>,
+    /// Sequence the next record must carry; 0 while the archive is empty.
+    next: u64,
+    first: u64,
+    unsynced: u64,
+    last_sync: Instant,
+    /// Last sequence made durable by a sync.
+    synced: u64,
+    stats: WriterStats,
+}
+
+impl ArchiveWriter {
+    /// Opens (creating) the archive in `cfg.dir` for appending: finds the
+    /// last valid record of the newest segment, cuts anything after it,
+    /// rebuilds that segment's index and continues after it.
+    pub fn open(cfg: &ArchiveConfig) -> Result<ArchiveWriter, ArchiveError> {
+        let dir = &cfg.dir;
+        std::fs::create_dir_all(dir).map_err(ArchiveError::io("create", dir))?;
+        remove_temporaries(dir)?;
+        let mut bases = list_segments(dir)?;
+        let mut w = ArchiveWriter {
+            cfg: cfg.clone(),
+            closed: Vec::new(),
+            active: None,
+            next: 0,
+            first: 0,
+            unsynced: 0,
+            last_sync: Instant::now(),
+            synced: 0,
+            stats: WriterStats::default(),
+        };
+        // A newest segment whose header is torn (a crash while it was
+        // created) holds nothing: it goes.
+        while let Some(&base) = bases.last() {
+            match w.recover(base)? {
+                true => break,
+                false => {
+                    bases.pop();
+                }
+            }
+        }
+        let n = bases.len();
+        for (i, &base) in bases.iter().enumerate().take(n.saturating_sub(1)) {
+            let path = format::segment_path(dir, base);
+            let meta = std::fs::metadata(&path).map_err(ArchiveError::io("stat", &path))?;
+            let ended_ns = if i + 1 < n {
+                segment_created(&format::segment_path(dir, bases[i + 1])).unwrap_or(0)
+            } else {
+                0
+            };
+            w.closed.push(Closed {
+                base_seq: base,
+                bytes: meta.len(),
+                ended_ns,
+            });
+        }
+        w.first = bases.first().copied().unwrap_or(0);
+        Ok(w)
+    }
+
+    /// Recovers segment `base` as the active one; false when it holds no
+    /// valid header (then it is deleted).
+    fn recover(&mut self, base: u64) -> Result<bool, ArchiveError> {
+        let dir = self.cfg.dir.clone();
+        let path = format::segment_path(&dir, base);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(ArchiveError::io("open", &path))?;
+        let mut head = [0u8; format::SEGMENT_HEADER];
+        let header = match file.read_exact_at(&mut head, 0) {
+            Ok(()) => SegmentHeader::decode(&head).ok(),
+            Err(_) => None,
+        };
+        let header = match header {
+            Some(h) if h.base_seq == base => h,
+            _ => {
+                log::warn!(
+                    "archive {}: {} has no valid header (torn at creation); deleted",
+                    dir.display(),
+                    path.display()
+                );
+                remove(&path)?;
+                remove_if_there(&format::index_path(&dir, base))?;
+                return Ok(false);
+            }
+        };
+        let len = file
+            .metadata()
+            .map_err(ArchiveError::io("stat", &path))?
+            .len();
+        // Scan: every record whole, checksummed and continuing the last.
+        let mut pos = format::SEGMENT_HEADER as u64;
+        let mut next = base;
+        let mut records = 0u64;
+        let mut index_buf = Vec::new();
+        let mut chunk = vec![0u8; WRITE_BUFFER.max(2 * format::record_size(format::MAX_PAYLOAD))];
+        let mut chunk_at = u64::MAX;
+        let mut chunk_len = 0usize;
+        loop {
+            let chunk_end = chunk_at.wrapping_add(chunk_len as u64);
+            let short = pos + format::record_size(format::MAX_PAYLOAD) as u64 > chunk_end;
+            if chunk_at == u64::MAX || (short && chunk_end < len) {
+                let want = chunk.len().min(len.saturating_sub(pos) as usize);
+                read_fully(&file, &mut chunk[..want], pos, &path)?;
+                chunk_at = pos;
+                chunk_len = want;
+            }
+            let at = (pos - chunk_at) as usize;
+            let (h, size) = match format::decode_record(&chunk[at..chunk_len]) {
+                Decoded::Record(h, size) if h.seq == next => (h, size),
+                _ => break,
+            };
+            let payload = &chunk[at + format::RECORD_HEADER..at + format::RECORD_HEADER + h.len];
+            if records % format::INDEX_EVERY == 0 {
+                index_buf.extend_from_slice(&h.seq.to_le_bytes());
+                index_buf.extend_from_slice(&pos.to_le_bytes());
+            }
+            next = format::record_end(&h, payload);
+            records += 1;
+            pos += size as u64;
+        }
+        // Cut whatever follows the last valid record and allocate the
+        // segment again: the rest reads as zeros, the end of records.
+        let capacity = header.capacity.max(pos);
+        if len > pos {
+            let mut probe = vec![0u8; (len - pos).min(4096) as usize];
+            read_fully(&file, &mut probe, pos, &path)?;
+            if probe.iter().any(|&b| b != 0) {
+                self.stats.torn_bytes_cut = len - pos;
+                log::warn!(
+                    "archive {}: cut a torn tail after sequence {} at byte {pos} of {}",
+                    dir.display(),
+                    next.saturating_sub(1),
+                    path.display()
+                );
+            }
+        }
+        file.set_len(pos)
+            .map_err(ArchiveError::io("truncate", &path))?;
+        preallocate(&file, capacity, &path)?;
+        let ipath = format::index_path(&dir, base);
+        let index = create(&ipath)?;
+        index
+            .write_all_at(&index_buf, 0)
+            .map_err(ArchiveError::io("write", &ipath))?;
+        self.active = Some(Active {
+            file,
+            path,
+            index,
+            base_seq: base,
+            capacity,
+            end: pos,
+            written: pos,
+            buf: Vec::with_capacity(WRITE_BUFFER),
+            index_buf: Vec::new(),
+            index_written: index_buf.len() as u64,
+            records,
+        });
+        self.next = next;
+        Ok(true)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.cfg.dir
+    }
+
+    /// Sequence the next record must carry (0: the archive is empty and
+    /// takes any).
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// First sequence the archive holds (0 when empty).
+    pub fn first_seq(&self) -> u64 {
+        self.first
+    }
+
+    /// Last sequence a sync made durable (0: none yet in this run).
+    pub fn synced_seq(&self) -> u64 {
+        self.synced
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    /// Appends message `seq`. A sequence beyond the next expected one
+    /// records a gap for those between first; an earlier one is refused.
+    pub fn append(
+        &mut self,
+        seq: u64,
+        flags: u32,
+        timestamp: u64,
+        payload: &[u8],
+    ) -> Result<(), ArchiveError> {
+        if self.next != 0 && seq > self.next {
+            self.gap(self.next, seq)?;
+        }
+        self.write(seq, flags & !format::FLAG_GAP, timestamp, payload)?;
+        self.stats.records += 1;
+        Ok(())
+    }
+
+    /// Records that sequences `from..to` were never received.
+    pub fn gap(&mut self, from: u64, to: u64) -> Result<(), ArchiveError> {
+        if from >= to {
+            return Ok(());
+        }
+        let (from, to) = if self.next != 0 && from < self.next {
+            // Only the part not already recorded.
+            if to <= self.next {
+                return Ok(());
+            }
+            (self.next, to)
+        } else {
+            (from, to)
+        };
+        self.write(from, format::FLAG_GAP, 0, &to.to_le_bytes())?;
+        self.stats.gaps += 1;
+        self.stats.gap_messages += to - from;
+        Ok(())
+    }
+
+    fn write(&mut self, seq: u64, flags: u32, ts: u64, payload: &[u8]) -> Result<(), ArchiveError> {
+        if self.next != 0 && seq != self.next {
+            return Err(ArchiveError::OutOfOrder {
+                dir: self.cfg.dir.clone(),
+                seq,
+                next: self.next,
+            });
+        }
+        let size = format::record_size(payload.len()) as u64;
+        if size + format::SEGMENT_HEADER as u64 > self.cfg.segment_bytes {
+            return Err(ArchiveError::TooLarge {
+                dir: self.cfg.dir.clone(),
+                len: payload.len(),
+                segment_bytes: self.cfg.segment_bytes,
+            });
+        }
+        let full = match &self.active {
+            Some(a) => a.end + size > a.capacity,
+            None => true,
+        };
+        if full {
+            self.rotate(seq)?;
+        }
+        let a = self
+            .active
+            .as_mut()
+            .expect("rotate leaves an active segment");
+        if a.records % format::INDEX_EVERY == 0 {
+            a.index_buf.extend_from_slice(&seq.to_le_bytes());
+            a.index_buf.extend_from_slice(&a.end.to_le_bytes());
+        }
+        format::encode_record(&mut a.buf, seq, flags, ts, payload);
+        a.end += size;
+        a.records += 1;
+        self.stats.bytes += size;
+        self.next = if flags & format::FLAG_GAP != 0 {
+            format::le64(payload)
+        } else {
+            seq + 1
+        };
+        if self.first == 0 {
+            self.first = seq;
+        }
+        self.unsynced += 1;
+        if a.buf.len() >= WRITE_BUFFER {
+            self.flush()?;
+        }
+        match self.cfg.sync {
+            SyncPolicy::Every(n) if self.unsynced >= n => self.sync()?,
+            SyncPolicy::Interval(d) if self.last_sync.elapsed() >= d => self.sync()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Writes buffered records (and index entries) to the files.
+    pub fn flush(&mut self) -> Result<(), ArchiveError> {
+        let Some(a) = self.active.as_mut() else {
+            return Ok(());
+        };
+        if !a.buf.is_empty() {
+            a.file
+                .write_all_at(&a.buf, a.written)
+                .map_err(ArchiveError::io("write", &a.path))?;
+            a.written += a.buf.len() as u64;
+            a.buf.clear();
+        }
+        // The index after the data, so an entry points at written bytes.
+        if !a.index_buf.is_empty() {
+            let ipath = format::index_path(&self.cfg.dir, a.base_seq);
+            a.index
+                .write_all_at(&a.index_buf, a.index_written)
+                .map_err(ArchiveError::io("write", &ipath))?;
+            a.index_written += a.index_buf.len() as u64;
+            a.index_buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Flushes and makes everything written durable.
+    pub fn sync(&mut self) -> Result<(), ArchiveError> {
+        self.flush()?;
+        if let Some(a) = &self.active {
+            a.file
+                .sync_data()
+                .map_err(ArchiveError::io("fdatasync", &a.path))?;
+            self.stats.syncs += 1;
+        }
+        self.unsynced = 0;
+        self.last_sync = Instant::now();
+        self.synced = self.next.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Idle work: flushes, and syncs when the interval policy is due.
+    pub fn tick(&mut self) -> Result<(), ArchiveError> {
+        self.flush()?;
+        if let SyncPolicy::Interval(d) = self.cfg.sync {
+            if self.unsynced > 0 && self.last_sync.elapsed() >= d {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment (cut to its used size) and begins one at
+    /// `seq`; then applies retention.
+    fn rotate(&mut self, seq: u64) -> Result<(), ArchiveError> {
+        let now = now_ns();
+        if let Some(old) = self.active.take() {
+            let mut old = old;
+            let buf = std::mem::take(&mut old.buf);
+            old.file
+                .write_all_at(&buf, old.written)
+                .map_err(ArchiveError::io("write", &old.path))?;
+            let ipath = format::index_path(&self.cfg.dir, old.base_seq);
+            old.index
+                .write_all_at(&old.index_buf, old.index_written)
+                .map_err(ArchiveError::io("write", &ipath))?;
+            old.file
+                .set_len(old.end)
+                .map_err(ArchiveError::io("truncate", &old.path))?;
+            if self.cfg.sync != SyncPolicy::None {
+                old.file
+                    .sync_all()
+                    .map_err(ArchiveError::io("fsync", &old.path))?;
+                self.stats.syncs += 1;
+                // Everything before the record that begins the next one.
+                self.synced = seq.saturating_sub(1);
+            }
+            self.closed.push(Closed {
+                base_seq: old.base_seq,
+                bytes: old.end,
+                ended_ns: now,
+            });
+        }
+        let dir = &self.cfg.dir;
+        let path = format::segment_path(dir, seq);
+        // Created under a temporary name and renamed whole, so a crash
+        // never leaves a segment with half a header under its real name.
+        let tmp = dir.join(format!("{seq:020}.seg.tmp"));
+        let file = create(&tmp)?;
+        let header = SegmentHeader {
+            base_seq: seq,
+            created_ns: now,
+            capacity: self.cfg.segment_bytes,
+        };
+        preallocate(&file, self.cfg.segment_bytes, &tmp)?;
+        file.write_all_at(&header.encode(), 0)
+            .map_err(ArchiveError::io("write", &tmp))?;
+        let ipath = format::index_path(dir, seq);
+        let index = create(&ipath)?;
+        std::fs::rename(&tmp, &path).map_err(ArchiveError::io("rename", &tmp))?;
+        if self.cfg.sync != SyncPolicy::None {
+            // The new name survives a power loss too.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(ArchiveError::io("fsync", dir))?;
+        }
+        self.active = Some(Active {
+            file,
+            path,
+            index,
+            base_seq: seq,
+            capacity: self.cfg.segment_bytes,
+            end: format::SEGMENT_HEADER as u64,
+            written: format::SEGMENT_HEADER as u64,
+            buf: Vec::with_capacity(WRITE_BUFFER),
+            index_buf: Vec::new(),
+            index_written: 0,
+            records: 0,
+        });
+        self.stats.segments_created += 1;
+        self.retain(now)
+    }
+
+    /// Deletes the oldest closed segments past the age or byte limit.
+    fn retain(&mut self, now: u64) -> Result<(), ArchiveError> {
+        let age = self.cfg.retention_age.as_nanos() as u64;
+        let mut total: u64 = self.closed.iter().map(|c| c.bytes).sum();
+        while let Some(c) = self.closed.first() {
+            let too_old = age != 0 && c.ended_ns != 0 && now.saturating_sub(c.ended_ns) > age;
+            let too_big = self.cfg.retention_bytes != 0 && total > self.cfg.retention_bytes;
+            if !too_old && !too_big {
+                break;
+            }
+            let c = self.closed.remove(0);
+            total -= c.bytes;
+            remove(&format::segment_path(&self.cfg.dir, c.base_seq))?;
+            remove_if_there(&format::index_path(&self.cfg.dir, c.base_seq))?;
+            self.stats.segments_deleted += 1;
+            self.first = self
+                .closed
+                .first()
+                .map(|c| c.base_seq)
+                .or(self.active.as_ref().map(|a| a.base_seq))
+                .unwrap_or(0);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ArchiveWriter {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::error!("{e}");
+        }
+    }
+}
+
+/// Removes the temporary files of a rotation a crash interrupted.
+fn remove_temporaries(dir: &Path) -> Result<(), ArchiveError> {
+    for e in std::fs::read_dir(dir).map_err(ArchiveError::io("list", dir))? {
+        let e = e.map_err(ArchiveError::io("list", dir))?;
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".seg.tmp"))
+        {
+            remove(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Base sequences of the segments in `dir`, ascending.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>, ArchiveError> {
+    let mut bases = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(ArchiveError::io("list", dir))? {
+        let e = e.map_err(ArchiveError::io("list", dir))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(b) = format::parse_segment_name(name) {
+            bases.push(b);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+fn segment_created(path: &Path) -> Option<u64> {
+    let f = File::open(path).ok()?;
+    let mut head = [0u8; format::SEGMENT_HEADER];
+    f.read_exact_at(&mut head, 0).ok()?;
+    SegmentHeader::decode(&head).ok().map(|h| h.created_ns)
+}
+
+fn read_fully(f: &File, buf: &mut [u8], at: u64, path: &Path) -> Result<(), ArchiveError> {
+    f.read_exact_at(buf, at)
+        .map_err(ArchiveError::io("read", path))
+}
+
+fn preallocate(f: &File, len: u64, path: &Path) -> Result<(), ArchiveError> {
+    // SAFETY: posix_fallocate on a descriptor we own; no memory passed.
+    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(ArchiveError::Io {
+            op: "preallocate",
+            path: path.to_path_buf(),
+            source: std::io::Error::from_raw_os_error(rc),
+        });
+    }
+    Ok(())
+}
+
+/// Creates (or empties) a file for reading and writing.
+fn create(path: &Path) -> Result<File, ArchiveError> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(ArchiveError::io("create", path))
+}
+
+fn remove(path: &Path) -> Result<(), ArchiveError> {
+    std::fs::remove_file(path).map_err(ArchiveError::io("remove", path))
+}
+
+fn remove_if_there(path: &Path) -> Result<(), ArchiveError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(ArchiveError::io("remove", path)(e))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,314 @@
+//! `mdbus-perf latejoin`: a subscriber that joins a running stream late
+//! and asks for everything from sequence 1 gets the whole stream exactly
+//! once, in order: the archive's range, then the live stream
+//! (docs/ARCHIVE.md).
+//!
+//! One process: a publisher thread publishes --messages at a steady
+//! --rate with the stream recorded (a `mdbus::archive::Recorder` on its
+//! own thread); when --join-at of them are out, a subscriber with
+//! `mdbus::archive::subscribe_from(.., 1)` starts and counts what it gets
+//! while the publisher goes on.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use mdbus::archive::{subscribe_from, Recorder, ReplayStats};
+use mdbus::{Bus, Config, Event, TransportKind};
+use mdbus_tool_support::output::{json_object, EXIT_DATA_LOST, EXIT_FAILED, EXIT_USAGE};
+
+/// Options of `latejoin`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Transport of the stream: shm or udp (verbs: in the RDMA guest).
+    #[arg(long, default_value = "shm", value_parser = crate::args::parse_transport)]
+    pub transport: TransportKind,
+    /// Messages published.
+    #[arg(long, short = 'n', default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub messages: u64,
+    /// Share of the messages published before the subscriber joins.
+    #[arg(long, default_value_t = 0.8)]
+    pub join_at: f64,
+    /// Messages per second the publisher sends.
+    #[arg(long, default_value_t = 500_000)]
+    pub rate: u64,
+    /// Payload bytes (at least 8: the sequence, checked on receipt).
+    #[arg(long, short = 's', default_value_t = 32,
+          value_parser = clap::value_parser!(u64).range(8..=1024))]
+    pub size: u64,
+    /// The stream's ring / retained window, in messages (a power of two).
+    #[arg(long, default_value_t = 65_536)]
+    pub capacity: u64,
+    /// Directory of the archive (emptied first); default: a new one under
+    /// the system's temporary directory, removed afterwards.
+    #[arg(long)]
+    pub archive_dir: Option<PathBuf>,
+    /// Multicast group and port of the udp stream.
+    #[arg(long, default_value = "239.255.77.1:47000", value_parser = crate::args::parse_group)]
+    pub group: std::net::SocketAddrV4,
+    /// Give up when the subscriber has not got everything this long after
+    /// the last message was published.
+    #[arg(long, default_value = "60s", value_parser = mdbus_tool_support::duration::parse)]
+    pub timeout: Duration,
+    /// Print one JSON object (docs/JSON.md) instead of a line of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 0 even when a message was lost, duplicated or out of order.
+    #[arg(long)]
+    pub allow_loss: bool,
+}
+
+/// What the late subscriber got.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Outcome {
+    /// Messages published before the subscriber started.
+    pub join_seq: u64,
+    /// Messages it received.
+    pub received: u64,
+    /// Messages it received twice.
+    pub duplicates: u64,
+    /// Gap or overrun events.
+    pub gaps: u64,
+    /// Messages that came after a later one.
+    pub out_of_order: u64,
+    /// From its start to its switch to the live stream (or, when it never
+    /// needed to, to its last message).
+    pub catchup: Duration,
+    /// Its replay counters.
+    pub replay: ReplayStats,
+    /// Bytes of the archive on disk at the end.
+    pub archive_bytes: u64,
+    /// Messages the recorder lost to overruns (the archive records them
+    /// as gaps).
+    pub recorder_lost: u64,
+}
+
+impl Outcome {
+    fn lost(&self, messages: u64) -> Option<String> {
+        let bad = self.received != messages
+            || self.duplicates != 0
+            || self.gaps != 0
+            || self.out_of_order != 0;
+        bad.then(|| {
+            format!(
+                "the late subscriber got {} of {messages} messages ({} duplicates, {} gaps, {} out of order)",
+                self.received, self.duplicates, self.gaps, self.out_of_order
+            )
+        })
+    }
+}
+
+fn config(a: &Args, dir: &std::path::Path) -> Result<Config, String> {
+    let mut toml = format!("transport = \"{}\"\n", a.transport.name());
+    toml.push_str(&format!(
+        "[shm]\nprefix = \"mdbus-latejoin-{}\"\n[counters]\nenabled = false\n[streams.latejoin]\ncapacity = {}\nmax_message = {}\n",
+        std::process::id(),
+        a.capacity,
+        a.size.max(16)
+    ));
+    if a.transport != TransportKind::Shm {
+        toml.push_str(&format!(
+            "group = \"{}\"\ninterface = \"127.0.0.1\"\nttl = 0\nheartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
+            a.group
+        ));
+    }
+    toml.push_str(&format!(
+        "[streams.latejoin.archive]\ndir = \"{}\"\nsegment_bytes = 67108864\n",
+        dir.display()
+    ));
+    Config::from_toml_str(&toml, "<latejoin>").map_err(|e| e.to_string())
+}
+
+fn payload(buf: &mut [u8], seq: u64) {
+    buf[..8].copy_from_slice(&seq.to_le_bytes());
+}
+
+/// Runs the measurement.
+pub fn measure(a: &Args) -> Result<Outcome, String> {
+    let own_dir = a.archive_dir.is_none();
+    let dir = a.archive_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("mdbus-latejoin-{}", std::process::id()))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = config(a, &dir)?;
+    let bus = Bus::new(cfg).map_err(|e| e.to_string())?;
+    let mut publisher = bus.publisher("latejoin").map_err(|e| e.to_string())?;
+    let recorder = Recorder::start(&bus, "latejoin").map_err(|e| e.to_string())?;
+    let n = a.messages;
+    let join_at = ((n as f64 * a.join_at) as u64).clamp(1, n);
+    let published = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let failed = std::sync::Mutex::new(None::<String>);
+    let interval_ns = 1_000_000_000 / a.rate.max(1);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = vec![0u8; a.size as usize];
+            let start = Instant::now();
+            for seq in 1..=n {
+                // Steady pacing: message `seq` leaves at its slot, and the
+                // publisher's duties are done while it waits.
+                let due = Duration::from_nanos(interval_ns * (seq - 1));
+                while start.elapsed() < due {
+                    if let Err(e) = publisher.service() {
+                        *failed.lock().unwrap() = Some(e.to_string());
+                    }
+                    std::hint::spin_loop();
+                }
+                payload(&mut buf, seq);
+                if let Err(e) = publisher.publish(&buf) {
+                    *failed.lock().unwrap() = Some(e.to_string());
+                    break;
+                }
+                published.store(seq, Ordering::Release);
+            }
+            while !done.load(Ordering::Acquire) {
+                let _ = publisher.service();
+                std::thread::yield_now();
+            }
+        });
+        let r = subscribe(a, &bus, join_at, &published);
+        done.store(true, Ordering::Release);
+        r
+    });
+    if let Some(e) = failed.into_inner().unwrap_or(None) {
+        return Err(format!("publisher: {e}"));
+    }
+    let st = recorder.stop();
+    if let Some(e) = st.error {
+        return Err(format!("recorder: {e}"));
+    }
+    let mut out = out?;
+    out.recorder_lost = st.overrun_messages + st.gap_messages;
+    out.archive_bytes = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    if own_dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(out)
+}
+
+fn subscribe(a: &Args, bus: &Bus, join_at: u64, published: &AtomicU64) -> Result<Outcome, String> {
+    let n = a.messages;
+    while published.load(Ordering::Acquire) < join_at {
+        std::thread::yield_now();
+    }
+    let mut out = Outcome {
+        join_seq: published.load(Ordering::Acquire),
+        ..Outcome::default()
+    };
+    let start = Instant::now();
+    let mut sub = subscribe_from(bus, "latejoin", 1).map_err(|e| e.to_string())?;
+    let mut next = 1u64;
+    let mut last_progress = Instant::now();
+    let mut caught_up = None;
+    while next <= n {
+        let got = sub
+            .poll(|e| match e {
+                Event::Message(m) => {
+                    out.received += 1;
+                    let p = m.payload();
+                    let seq = u64::from_le_bytes(p[..8].try_into().unwrap_or([0; 8]));
+                    if seq != m.seq() {
+                        out.out_of_order += 1;
+                    }
+                    if m.seq() < next {
+                        out.duplicates += 1;
+                    } else {
+                        if m.seq() > next {
+                            out.out_of_order += 1;
+                        }
+                        next = m.seq() + 1;
+                    }
+                }
+                Event::Gap { to, .. } | Event::Overrun { to, .. } => {
+                    out.gaps += 1;
+                    next = next.max(to);
+                }
+                _ => {}
+            })
+            .map_err(|e| e.to_string())?;
+        if caught_up.is_none() && sub.replay_stats().is_some_and(|r| r.merge_seq != 0) {
+            caught_up = Some(start.elapsed());
+        }
+        if got > 0 {
+            last_progress = Instant::now();
+        } else if published.load(Ordering::Acquire) == n && last_progress.elapsed() > a.timeout {
+            break;
+        }
+    }
+    out.catchup = caught_up.unwrap_or_else(|| start.elapsed());
+    out.replay = sub.replay_stats().unwrap_or_default();
+    Ok(out)
+}
+
+/// The JSON object of a run.
+pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
+    let mut m = json_object("mdbus-perf");
+    m.insert("mode".into(), "latejoin".into());
+    m.insert("transport".into(), a.transport.name().into());
+    m.insert("messages".into(), a.messages.into());
+    m.insert("received".into(), o.received.into());
+    m.insert("duplicates".into(), o.duplicates.into());
+    m.insert("gaps".into(), o.gaps.into());
+    m.insert("out_of_order".into(), o.out_of_order.into());
+    m.insert(
+        "catchup_ms".into(),
+        ((o.catchup.as_secs_f64() * 1e6).round() / 1e3).into(),
+    );
+    m.insert("merge_seq".into(), o.replay.merge_seq.into());
+    m.insert("join_seq".into(), o.join_seq.into());
+    m.insert("replayed".into(), o.replay.replayed.into());
+    m.insert("live_skipped".into(), o.replay.live_skipped.into());
+    m.insert("rejoins".into(), o.replay.rejoins.into());
+    m.insert("rate_msgs_per_sec".into(), a.rate.into());
+    m.insert("size_bytes".into(), a.size.into());
+    m.insert("archive_bytes".into(), o.archive_bytes.into());
+    m.insert("recorder_lost".into(), o.recorder_lost.into());
+    serde_json::Value::Object(m)
+}
+
+/// Runs `latejoin`.
+pub fn main(a: &Args) -> ExitCode {
+    if !(0.0..=1.0).contains(&a.join_at) || !a.capacity.is_power_of_two() {
+        eprintln!(
+            "mdbus-perf latejoin: --join-at is a share from 0 to 1 and --capacity a power of two"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let o = match measure(a) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mdbus-perf latejoin: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    if a.json {
+        mdbus_tool_support::output::print_json(&object(a, &o));
+    } else {
+        println!(
+            "{} messages on {}, joined at {}: received {} (duplicates {}, gaps {}, out of order {}); caught up in {:.1} ms, live from sequence {} ({} replayed)",
+            a.messages,
+            a.transport.name(),
+            o.join_seq,
+            o.received,
+            o.duplicates,
+            o.gaps,
+            o.out_of_order,
+            o.catchup.as_secs_f64() * 1e3,
+            o.replay.merge_seq,
+            o.replay.replayed
+        );
+    }
+    match mdbus_tool_support::output::completed(o.lost(a.messages).as_deref(), a.allow_loss) {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::from(EXIT_DATA_LOST),
+    }
+}
