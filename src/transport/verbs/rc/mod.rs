@@ -33,6 +33,7 @@ mod connect;
 mod data;
 mod end;
 mod hello;
+mod ring;
 mod setup;
 
 use std::time::{Duration, Instant};
@@ -46,7 +47,9 @@ use super::pd::Pd;
 use super::qp::CmQp;
 use super::recv_ring::RecvRing;
 use super::send_queue::SendQueue;
+use crate::config::SessionMode;
 use end::End;
+use ring::{ImmRecvs, RingIn};
 
 /// Completions taken from a queue per `ibv_poll_cq` call.
 const WC_BATCH: usize = 32;
@@ -76,6 +79,17 @@ const FIRST_STEP: Duration = Duration::from_secs(1);
 
 /// One end of an RC session.
 pub struct RcSession {
+    /// How messages travel (send, write, write-imm).
+    mode: SessionMode,
+    /// Ring modes: our ring, which the peer writes.
+    ring_in: Option<RingIn>,
+    /// write-imm: receive requests without buffers.
+    imm: Option<ImmRecvs>,
+    /// Ring modes: the peer's ring (address, rkey, slot bytes, slots).
+    peer_ring: u64,
+    peer_ring_rkey: u32,
+    peer_slot: u64,
+    peer_depth: u64,
     sq: SendQueue,
     credits: Credits,
     receipts: Receipts,
