@@ -12,7 +12,7 @@ use verbs_sys::{
 
 use super::super::{errors, qp};
 use super::end::End;
-use super::ring::{put_trailer, wire_len, Bad, TRAILER};
+use super::ring::{put_trailer, wire_len, Bad, Trailer, TRAILER};
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, WC_BATCH};
 use crate::config::SessionMode;
 use crate::error::{Error, Result};
@@ -232,7 +232,18 @@ impl RcSession {
         let next = self.next_seq;
         let mut t = [0u8; TRAILER];
         // SAFETY: `t` holds exactly TRAILER bytes ending at its end.
-        unsafe { put_trailer(t.as_mut_ptr().add(TRAILER), len, 0, 0, seq) };
+        unsafe {
+            put_trailer(
+                t.as_mut_ptr().add(TRAILER),
+                &Trailer {
+                    len,
+                    flags: 0,
+                    credit: 0,
+                    timestamp: 0,
+                    seq,
+                },
+            )
+        };
         let i = (next - 1) % self.peer_depth;
         let addr = self.peer_ring + (i + 1) * self.peer_slot - TRAILER as u64;
         let imm = (self.mode == SessionMode::WriteImm).then_some(next as u32);
@@ -289,6 +300,14 @@ impl RcSession {
         let Some(count) = self.receipts.to_announce() else {
             return;
         };
+        // Write mode: the count rides on our next message; a write of its
+        // own only once the peer is down to half the ring by the last
+        // count it was told, so one-way traffic costs one credit write per
+        // half ring, and a peer out of credit (room 0) always gets one.
+        if self.mode == SessionMode::Write && self.receipts.peer_room() > self.ring_depth as u32 / 2
+        {
+            return;
+        }
         if self.disconnected || self.end.is_some() {
             return;
         }
@@ -343,6 +362,9 @@ impl SessionEnd for RcSession {
         }
         if self.credits.available() == 0 {
             self.refresh_credits();
+            if self.credits.available() == 0 && self.mode == SessionMode::Write {
+                self.peek_credits();
+            }
             if self.credits.available() == 0 {
                 return None;
             }
@@ -444,7 +466,22 @@ impl RcSession {
         let total = wire_len(len);
         // SAFETY: the local slot is ours (see try_claim) and ends 8-byte
         // aligned (whole cache lines); the trailer follows the payload.
-        unsafe { put_trailer(p.add(self.slot), len as u32, flags, timestamp, seq) };
+        // The credit count rides on every message; in write mode it is
+        // the announcement (see `announce`).
+        let credit = self.receipts.posted();
+        // SAFETY: as above.
+        unsafe {
+            put_trailer(
+                p.add(self.slot),
+                &Trailer {
+                    len: len as u32,
+                    flags,
+                    credit,
+                    timestamp,
+                    seq,
+                },
+            )
+        };
         // SAFETY: total <= slot (try_claim's layout).
         let src = unsafe { p.add(self.slot - total) };
         let mut send_flags = if slot.signaled { IBV_SEND_SIGNALED } else { 0 };
@@ -475,7 +512,34 @@ impl RcSession {
         }
         self.credits.spend();
         self.next_seq += 1;
+        if self.mode == SessionMode::Write {
+            self.receipts.announced(credit);
+        }
         Ok(seq)
+    }
+
+    /// Write mode, out of credit: applies the counts riding on messages
+    /// that have arrived but were not polled yet, so a sender that does
+    /// not poll while it waits still sees the credit its peer sent.
+    #[cold]
+    fn peek_credits(&mut self) {
+        let Some(ring) = self.ring_in.as_ref() else {
+            return;
+        };
+        let mut best = None;
+        for seq in self.expect_seq..self.expect_seq + self.ring_depth {
+            match ring.peek_credit(seq) {
+                Some(c) => best = Some(c),
+                None => break,
+            }
+        }
+        if let Some(total) = best {
+            if let Err(bad) = self.credits.grant(total) {
+                self.fail(End::Protocol(format!(
+                    "it granted credit up to {bad}, more ring slots than it has"
+                )));
+            }
+        }
     }
 
     /// Ends the session for a slot that does not hold the expected message.
@@ -508,6 +572,13 @@ impl RcSession {
         // slot is released below.
         match unsafe { ring.read(seq, self.max_message) } {
             Ok(m) => {
+                // Cumulative: an older count changes nothing.
+                if let Err(bad) = self.credits.grant(m.credit) {
+                    let reason =
+                        format!("it granted credit up to {bad}, more ring slots than it has");
+                    self.fail(End::Protocol(reason));
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
                 f(Message {
                     seq,
                     flags: m.flags,

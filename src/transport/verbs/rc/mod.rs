@@ -24,10 +24,15 @@
 //! delivered that many messages. A disconnect without that word is the
 //! peer's death.
 //!
+//! That is `mode = "send"`. In the ring modes (`write`, `write-imm`) a
+//! message is instead one RDMA WRITE into the next slot of a ring in the
+//! peer's memory, found by polling the slot's last word or through a
+//! write-with-immediate completion; see [`ring`] and docs/RDMA.md.
+//!
 //! In parts: `hello` (the connect data), `setup` (the verbs objects of
 //! one end), `connect` (accept, connect and retries), `data` (claim,
 //! commit, poll and the credit writes) and `end` (how a session ends and
-//! closes).
+//! closes), `ring` (the ring modes' slot layout and receive side).
 
 mod connect;
 mod data;
@@ -90,6 +95,8 @@ pub struct RcSession {
     peer_ring_rkey: u32,
     peer_slot: u64,
     peer_depth: u64,
+    /// Slots of our ring (our receive depth).
+    ring_depth: u64,
     sq: SendQueue,
     credits: Credits,
     receipts: Receipts,

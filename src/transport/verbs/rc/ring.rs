@@ -3,8 +3,10 @@
 //! The receiver registers a ring of `depth` slots of `slot` bytes (remote
 //! write allowed on exactly the ring) and names it in its hello. Message
 //! `seq` goes to slot `(seq - 1) % depth`, written by one RDMA WRITE that
-//! ends at the slot's end: the payload, padded to 8 bytes, then a 24-byte
-//! trailer `len u32, flags u32, timestamp u64, seq u64`. The sequence is
+//! ends at the slot's end: the payload, padded to 8 bytes, then a 32-byte
+//! trailer `len u32, flags u32, credit u32, 0 u32, timestamp u64, seq u64`
+//! (`credit`: the sender's count of ring slots it has ever freed, the same
+//! cumulative count its credit word carries, riding on the message). The sequence is
 //! the last word of the slot, so a device that places a write in address
 //! order (ConnectX, rxe) makes it visible last: the receiver polls that one
 //! word and sees a complete message when it holds the expected sequence
@@ -23,7 +25,7 @@ use verbs_sys::ibv_recv_wr;
 use super::super::qp::CmQp;
 
 /// Bytes of the trailer at the end of each slot.
-pub(crate) const TRAILER: usize = 24;
+pub(crate) const TRAILER: usize = 32;
 
 /// Slot size of a ring holding payloads up to `max_payload` bytes: the
 /// padded payload and the trailer, in whole cache lines.
@@ -42,19 +44,33 @@ pub(crate) fn wire_len(len: usize) -> usize {
 /// # Safety
 /// `end - TRAILER .. end` must be writable and 8-byte aligned at `end`.
 #[inline]
-pub(crate) unsafe fn put_trailer(end: *mut u8, len: u32, flags: u32, timestamp: u64, seq: u64) {
-    let mut t = [0u8; TRAILER];
-    t[0..4].copy_from_slice(&len.to_le_bytes());
-    t[4..8].copy_from_slice(&flags.to_le_bytes());
-    t[8..16].copy_from_slice(&timestamp.to_le_bytes());
-    t[16..24].copy_from_slice(&seq.to_le_bytes());
+pub(crate) unsafe fn put_trailer(end: *mut u8, t: &Trailer) {
+    let mut b = [0u8; TRAILER];
+    b[0..4].copy_from_slice(&t.len.to_le_bytes());
+    b[4..8].copy_from_slice(&t.flags.to_le_bytes());
+    b[8..12].copy_from_slice(&t.credit.to_le_bytes());
+    b[16..24].copy_from_slice(&t.timestamp.to_le_bytes());
+    b[24..32].copy_from_slice(&t.seq.to_le_bytes());
+    let t = b;
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), end.sub(TRAILER), TRAILER) };
+}
+
+/// The fields of a slot's trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Trailer {
+    pub(crate) len: u32,
+    pub(crate) flags: u32,
+    /// The sender's cumulative count of freed slots (its credit word).
+    pub(crate) credit: u32,
+    pub(crate) timestamp: u64,
+    pub(crate) seq: u64,
 }
 
 /// A message found in a slot.
 pub(crate) struct Found<'a> {
     pub(crate) flags: u32,
+    pub(crate) credit: u32,
     pub(crate) timestamp: u64,
     pub(crate) payload: &'a [u8],
 }
@@ -132,12 +148,13 @@ impl RingIn {
         // SAFETY: the trailer's first 16 bytes lie before the sequence word
         // in the same slot; the Acquire load above orders these reads after
         // the device's placement of the whole write.
-        let (len, flags, timestamp) = unsafe {
+        let (len, flags, credit, timestamp) = unsafe {
             let t = end.sub(TRAILER);
             (
                 u32::from_le(t.cast::<u32>().read_volatile()),
                 u32::from_le(t.add(4).cast::<u32>().read_volatile()),
-                u64::from_le(t.add(8).cast::<u64>().read_volatile()),
+                u32::from_le(t.add(8).cast::<u32>().read_volatile()),
+                u64::from_le(t.add(16).cast::<u64>().read_volatile()),
             )
         };
         if len as usize > max || wire_len(len as usize) > self.slot {
@@ -150,9 +167,29 @@ impl RingIn {
         let payload = unsafe { std::slice::from_raw_parts(end.sub(start), len as usize) };
         Ok(Found {
             flags,
+            credit,
             timestamp,
             payload,
         })
+    }
+
+    /// The credit riding on message `seq` when it has arrived (its
+    /// sequence word holds `seq`), without delivering it: a sender out of
+    /// credit looks here for counts its peer sent with messages not yet
+    /// polled. Write mode only (it trusts placement order).
+    #[inline]
+    pub(crate) fn peek_credit(&self, seq: u64) -> Option<u32> {
+        if u64::from_le(self.seq_word(seq).load(Ordering::Acquire)) != seq {
+            return None;
+        }
+        // SAFETY: the credit word lies in the trailer of this slot; the
+        // Acquire load orders the read after the placement.
+        Some(u32::from_le(unsafe {
+            self.end_of(seq)
+                .sub(TRAILER - 8)
+                .cast::<u32>()
+                .read_volatile()
+        }))
     }
 
     /// Marks the slot of `seq` empty again, before its credit goes back.
@@ -224,12 +261,12 @@ mod tests {
 
     #[test]
     fn slots_hold_padded_payload_and_trailer() {
-        assert_eq!(ring_slot(232), 256);
+        assert_eq!(ring_slot(232), 320);
         assert_eq!(ring_slot(1), 64);
-        assert_eq!(ring_slot(40), 64);
-        assert_eq!(ring_slot(41), 128);
-        assert_eq!(wire_len(0), 24);
-        assert_eq!(wire_len(9), 40);
+        assert_eq!(ring_slot(32), 64);
+        assert_eq!(ring_slot(33), 128);
+        assert_eq!(wire_len(0), 32);
+        assert_eq!(wire_len(9), 48);
     }
 
     #[test]
@@ -242,18 +279,30 @@ mod tests {
             assert_eq!(ring.read(1, 100).err(), Some(Bad::Empty));
             let end = ring.end_of(1);
             std::ptr::copy_nonoverlapping(b"hello".as_ptr(), end.sub(wire_len(5)), 5);
-            put_trailer(end, 5, 1, 77, 1);
+            let t = |len, seq| Trailer {
+                len,
+                flags: 1,
+                credit: 9,
+                timestamp: 77,
+                seq,
+            };
+            assert_eq!(ring.peek_credit(1), None);
+            put_trailer(end, &t(5, 1));
+            assert_eq!(ring.peek_credit(1), Some(9));
             let m = ring.read(1, 100).ok().unwrap();
-            assert_eq!((m.payload, m.flags, m.timestamp), (&b"hello"[..], 1, 77));
+            assert_eq!(
+                (m.payload, m.flags, m.credit, m.timestamp),
+                (&b"hello"[..], 1, 9, 77)
+            );
             ring.release(1);
             assert_eq!(ring.read(1, 100).err(), Some(Bad::Empty));
             // Slot of 5 = slot of 1: a stale or wrong sequence is refused.
-            put_trailer(end, 5, 0, 0, 9);
+            put_trailer(end, &t(5, 9));
             assert_eq!(ring.read(5, 100).err(), Some(Bad::Seq(9)));
             // Longer than max_message, longer than the slot.
-            put_trailer(end, 101, 0, 0, 5);
+            put_trailer(end, &t(101, 5));
             assert_eq!(ring.read(5, 100).err(), Some(Bad::Len(101)));
-            put_trailer(end, u32::MAX, 0, 0, 5);
+            put_trailer(end, &t(u32::MAX, 5));
             assert_eq!(ring.read(5, usize::MAX).err(), Some(Bad::Len(u32::MAX)));
         }
     }

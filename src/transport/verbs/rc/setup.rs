@@ -314,6 +314,7 @@ impl RcSession {
             peer_ring_rkey: peer.ring_rkey,
             peer_slot: ring_slot(peer.max_payload as usize) as u64,
             peer_depth: u64::from(peer.recv_depth),
+            ring_depth: u64::from(parts.recv_depth),
             sq: SendQueue::new(sq_depth as u32, vcfg.signal_every),
             credits: Credits::new(peer.recv_depth),
             receipts: Receipts::new(
