@@ -226,7 +226,8 @@ impl RcSession {
 
     /// Test hook (ring modes): writes a forged trailer (`seq`, `len`) into
     /// the peer's slot of the next message, without credit, as a hostile
-    /// peer could; in write-imm with the next sequence as immediate.
+    /// peer could; in write-imm with the next sequence as immediate. The
+    /// trailer fills the out-words 32..64 when not sent inline.
     #[doc(hidden)]
     pub fn test_forge_slot(&mut self, seq: u64, len: u32) -> bool {
         let next = self.next_seq;
@@ -247,7 +248,7 @@ impl RcSession {
         let i = (next - 1) % self.peer_depth;
         let addr = self.peer_ring + (i + 1) * self.peer_slot - TRAILER as u64;
         let imm = (self.mode == SessionMode::WriteImm).then_some(next as u32);
-        self.post_raw(addr, self.peer_ring_rkey, &t, 40, true, imm)
+        self.post_raw(addr, self.peer_ring_rkey, &t, 32, true, imm)
             .is_some()
     }
 
