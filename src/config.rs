@@ -405,6 +405,51 @@ pub struct SessionConfig {
     /// Address the acceptor listens on and the initiator connects to, as
     /// `"10.0.0.1:7000"` (tcp, verbs). Required on those transports.
     pub address: String,
+    /// How a verbs session moves messages (other transports ignore it):
+    /// SEND/RECV, or RDMA writes into a ring in the peer's memory. Both
+    /// ends must use the same mode.
+    pub mode: SessionMode,
+}
+
+/// How an RC session moves messages (`sessions.NAME.mode`); see
+/// docs/RDMA.md for which guarantee each relies on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// One SEND per message into a posted receive buffer.
+    #[default]
+    Send,
+    /// One RDMA WRITE per message into the next slot of a ring in the
+    /// peer's memory; the peer polls the slot's last word.
+    Write,
+    /// The same ring written with RDMA WRITE with immediate: the peer
+    /// learns of each message from a receive completion.
+    WriteImm,
+}
+
+impl SessionMode {
+    /// The name used in configuration files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionMode::Send => "send",
+            SessionMode::Write => "write",
+            SessionMode::WriteImm => "write-imm",
+        }
+    }
+}
+
+impl std::str::FromStr for SessionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "send" => Ok(SessionMode::Send),
+            "write" => Ok(SessionMode::Write),
+            "write-imm" => Ok(SessionMode::WriteImm),
+            _ => Err(format!(
+                "`{s}` is not a session mode: send, write or write-imm"
+            )),
+        }
+    }
 }
 
 impl Default for SessionConfig {
@@ -416,6 +461,7 @@ impl Default for SessionConfig {
             connect_timeout: Duration::from_secs(5),
             poll_batch: 256,
             address: String::new(),
+            mode: SessionMode::Send,
         }
     }
 }

@@ -4,6 +4,9 @@
 //! device (rxe0 in the lane), subscribers receive on the second (rxe1), as
 //! on two hosts.
 //!
+//! The session half runs once per session mode (`send` at the top level,
+//! `write` and `write-imm` in their modules): same contract, same tests.
+//!
 //! Needs an active RDMA port: run inside the Soft-RoCE lane
 //! (`scripts/guest-tests`). Elsewhere each
 //! test prints `SKIPPED: no RDMA device` and passes.
@@ -11,16 +14,19 @@
 mod conformance;
 mod verbs_support;
 
-/// Sessions on the first device's address, each on its own port; each
-/// stream on its own group.
-struct Verbs;
+/// Sessions on the first device's address, each on its own port, in
+/// session mode `mode`; each stream on its own group.
+struct Verbs {
+    mode: &'static str,
+}
 
 impl conformance::Fixture for Verbs {
     fn config_toml(&self, extra: &str) -> String {
         let session = format!(
-            "address = \"{}:{}\"\n",
+            "address = \"{}:{}\"\nmode = \"{}\"\n",
             verbs_support::addr_a(),
-            verbs_support::unique_port()
+            verbs_support::unique_port(),
+            self.mode
         );
         // A generous silence limit: the lane's CPUs are emulated and
         // shared by four busy-polling processes, so a subscriber can go
@@ -50,12 +56,33 @@ impl conformance::Fixture for Verbs {
     }
 }
 
-/// The fixture, or `None` (after printing why) without RDMA.
-fn fixture() -> Option<Verbs> {
-    verbs_support::rdma_or_skip("conformance_verbs").then_some(Verbs)
+/// The fixture for `mode`, or `None` (after printing why) without RDMA.
+fn fixture(mode: &'static str) -> Option<Verbs> {
+    verbs_support::rdma_or_skip("conformance_verbs").then_some(Verbs { mode })
 }
 
-conformance_suite!(match fixture() {
+conformance_suite!(match fixture("send") {
     Some(f) => f,
     None => return,
 });
+
+/// Sessions whose messages are RDMA writes into the peer's ring, found by
+/// polling the slot's last word.
+mod write {
+    use super::*;
+
+    conformance_session_tests!(match fixture("write") {
+        Some(f) => f,
+        None => return,
+    });
+}
+
+/// Sessions whose messages are RDMA writes with immediate into the ring.
+mod write_imm {
+    use super::*;
+
+    conformance_session_tests!(match fixture("write-imm") {
+        Some(f) => f,
+        None => return,
+    });
+}

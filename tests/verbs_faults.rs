@@ -4,7 +4,9 @@
 //! remote write outside the registered credit words, and peers the
 //! acceptor does not allow. Each must end in an `RdmaFault` (or a named
 //! refusal) that says how far the exchange got: never a hang, never an
-//! `Ok` after the fault is known.
+//! `Ok` after the fault is known. The faults of the data path run in every
+//! session mode (send, write, write-imm); the ring modes also face a peer
+//! writing past the ring and forging slot contents.
 //!
 //! Deleting the device is in `verbs_device_removal` (its own process).
 //! Without RDMA every test prints `SKIPPED: no RDMA device` and passes;
@@ -16,7 +18,7 @@ use std::io::BufReader;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use mdbus::config::{SessionConfig, VerbsConfig};
+use mdbus::config::{SessionConfig, SessionMode, VerbsConfig};
 use mdbus::transport::verbs::RcSession;
 use mdbus::transport::SessionEnd;
 use mdbus::Error;
@@ -24,6 +26,7 @@ use verbs_support::{addr_a, addr_b, rdma_or_skip, unique_port};
 
 const ROLE: &str = "MDBUS_VERBS_FAULTS_ROLE";
 const ADDRESS: &str = "MDBUS_VERBS_FAULTS_ADDRESS";
+const MODE: &str = "MDBUS_VERBS_FAULTS_MODE";
 
 /// Turns a hang into a failure: every fault here surfaces within the
 /// 2 s keep-alive timeout plus an idle check, so a wait that passes this
@@ -48,8 +51,13 @@ fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn scfg(address: String) -> SessionConfig {
+    scfg_in(address, SessionMode::Send)
+}
+
+fn scfg_in(address: String, mode: SessionMode) -> SessionConfig {
     SessionConfig {
         address,
+        mode,
         capacity: 16,
         max_message: 64,
         connect_timeout: Duration::from_secs(5),
@@ -153,10 +161,27 @@ fn fault_fields(e: &Error) -> (String, u64, u64) {
 /// reports within the keep-alive timeout with every message delivered.
 #[test]
 fn qp_forced_to_error_fails_both_ends_with_their_sequences() {
-    if !rdma_or_skip("qp_forced_to_error_fails_both_ends_with_their_sequences") {
+    qp_forced_to_error(SessionMode::Send);
+}
+
+#[test]
+fn qp_forced_to_error_in_write_mode() {
+    qp_forced_to_error(SessionMode::Write);
+}
+
+#[test]
+fn qp_forced_to_error_in_write_imm_mode() {
+    qp_forced_to_error(SessionMode::WriteImm);
+}
+
+fn qp_forced_to_error(mode: SessionMode) {
+    if !rdma_or_skip(&format!("qp_forced_to_error ({})", mode.as_str())) {
         return;
     }
-    let (mut a, mut b) = pair(&scfg(format!("{}:{}", addr_a(), unique_port())), &vcfg());
+    let (mut a, mut b) = pair(
+        &scfg_in(format!("{}:{}", addr_a(), unique_port()), mode),
+        &vcfg(),
+    );
     for seq in 1..=10 {
         send(&mut a, seq);
     }
@@ -170,6 +195,7 @@ fn qp_forced_to_error_fails_both_ends_with_their_sequences() {
     let err = poll_error(&mut a);
     let text = err.to_string();
     let (cause, acked, delivered) = fault_fields(&err);
+    // Write mode has no receives to flush: its keep-alive write is.
     assert!(cause.contains("flushed"), "{text}");
     assert_eq!((acked, delivered), (10, 3), "{text}");
     assert!(
@@ -217,6 +243,93 @@ fn remote_write_outside_the_credit_words_is_refused() {
     assert!(cause.contains("refused a remote write"), "{text}");
     assert_eq!(acked, 1, "{text}");
     stays_failed(&mut a);
+}
+
+/// The message ring is registered to the byte: a write with the ring's
+/// rkey inside it completes, one at its end completes with a remote
+/// access error, in both ring modes.
+#[test]
+fn remote_write_past_the_ring_is_refused() {
+    if !rdma_or_skip("remote_write_past_the_ring_is_refused") {
+        return;
+    }
+    for mode in [SessionMode::Write, SessionMode::WriteImm] {
+        let (mut a, mut b) = pair(
+            &scfg_in(format!("{}:{}", addr_a(), unique_port()), mode),
+            &vcfg(),
+        );
+        send(&mut a, 1);
+        receive(&mut b, 1, 1);
+        let ring = a.test_ring_len();
+        assert_eq!(ring, 16 * 128, "16 slots of 128 bytes (64-byte payloads)");
+        // Inside: the first bytes of a slot, not its sequence word.
+        assert!(a.test_ring_write(0, 8));
+        let before = a.send_completions();
+        until("the write inside never completed", || {
+            a.check_peer().unwrap();
+            (a.send_completions() > before).then_some(())
+        });
+        // The last byte inside, then the first byte past the end.
+        assert!(a.test_ring_write(ring - 8, 8));
+        assert!(a.test_ring_write(ring, 8));
+        let err = check_error(&mut a);
+        let text = err.to_string();
+        let (cause, acked, _) = fault_fields(&err);
+        assert!(cause.contains("remote access error"), "{mode:?}: {text}");
+        assert_eq!(acked, 1, "{mode:?}: {text}");
+        stays_failed(&mut a);
+    }
+}
+
+/// A peer that forges its slot's trailer, in both ring modes: a sequence
+/// other than the expected one, or a length beyond max_message, ends the
+/// session with a protocol error naming the message; nothing is delivered.
+#[test]
+fn forged_ring_slots_end_the_session() {
+    if !rdma_or_skip("forged_ring_slots_end_the_session") {
+        return;
+    }
+    for mode in [SessionMode::Write, SessionMode::WriteImm] {
+        for (seq, len, want) in [
+            (7u64, 8u32, "its ring slot for message 2 holds sequence 7"),
+            (2, 65, "its message 2 claims 65 payload bytes"),
+            (2, u32::MAX, "claims 4294967295 payload bytes"),
+        ] {
+            let (mut a, mut b) = pair(
+                &scfg_in(format!("{}:{}", addr_a(), unique_port()), mode),
+                &vcfg(),
+            );
+            send(&mut a, 1);
+            receive(&mut b, 1, 1);
+            assert!(a.test_forge_slot(seq, len));
+            let err = poll_error(&mut b);
+            let text = err.to_string();
+            assert!(matches!(err, Error::Protocol { .. }), "{mode:?}: {text}");
+            assert!(text.contains(want), "{mode:?}: {text}");
+            stays_failed(&mut b);
+        }
+    }
+}
+
+/// Both ends must run the same mode: the acceptor refuses an initiator
+/// in another one, and says why in its log; the initiator hears the
+/// refusal.
+#[test]
+fn a_peer_in_another_mode_is_refused() {
+    if !rdma_or_skip("a_peer_in_another_mode_is_refused") {
+        return;
+    }
+    let address = format!("{}:{}", addr_a(), unique_port());
+    let mut s = scfg_in(address.clone(), SessionMode::Write);
+    s.connect_timeout = Duration::from_secs(2);
+    let acceptor = std::thread::spawn({
+        let s = s.clone();
+        move || RcSession::accept("o", &s, &vcfg())
+    });
+    let err = RcSession::connect("o", &scfg_in(address, SessionMode::Send), &vcfg()).unwrap_err();
+    assert!(err.to_string().contains("refused by the acceptor"), "{err}");
+    let err = acceptor.join().unwrap().unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
 }
 
 /// An acceptor that allows only another address refuses the initiator
@@ -267,12 +380,26 @@ fn acceptor_takes_only_allowed_peers() {
 /// delivered, which is what it counted.
 #[test]
 fn peer_killed_mid_stream_is_reported_with_the_last_delivered() {
-    if !rdma_or_skip("peer_killed_mid_stream_is_reported_with_the_last_delivered") {
+    peer_killed_mid_stream(SessionMode::Send);
+}
+
+#[test]
+fn peer_killed_mid_stream_in_write_mode() {
+    peer_killed_mid_stream(SessionMode::Write);
+}
+
+#[test]
+fn peer_killed_mid_stream_in_write_imm_mode() {
+    peer_killed_mid_stream(SessionMode::WriteImm);
+}
+
+fn peer_killed_mid_stream(mode: SessionMode) {
+    if !rdma_or_skip(&format!("peer_killed_mid_stream ({})", mode.as_str())) {
         return;
     }
     let address = format!("{}:{}", addr_a(), unique_port());
-    let peer = Peer::spawn("stream", &address);
-    let mut s = RcSession::accept("o", &scfg(address), &vcfg()).unwrap();
+    let peer = Peer::spawn("stream", &address, mode);
+    let mut s = RcSession::accept("o", &scfg_in(address, mode), &vcfg()).unwrap();
     // Let some of the stream arrive, then kill it while it sends.
     let mut next = 1u64;
     while next <= 100 {
@@ -303,10 +430,27 @@ fn peer_killed_mid_stream_is_reported_with_the_last_delivered() {
 /// port waited for, so later tests find the device as it was.
 #[test]
 fn netdev_down_mid_stream_fails_both_ends() {
-    if !rdma_or_skip("netdev_down_mid_stream_fails_both_ends") {
+    netdev_down_mid_stream(SessionMode::Send);
+}
+
+#[test]
+fn netdev_down_mid_stream_in_write_mode() {
+    netdev_down_mid_stream(SessionMode::Write);
+}
+
+#[test]
+fn netdev_down_mid_stream_in_write_imm_mode() {
+    netdev_down_mid_stream(SessionMode::WriteImm);
+}
+
+fn netdev_down_mid_stream(mode: SessionMode) {
+    if !rdma_or_skip(&format!("netdev_down_mid_stream ({})", mode.as_str())) {
         return;
     }
-    let (mut a, mut b) = pair(&scfg(format!("{}:{}", addr_a(), unique_port())), &vcfg());
+    let (mut a, mut b) = pair(
+        &scfg_in(format!("{}:{}", addr_a(), unique_port()), mode),
+        &vcfg(),
+    );
     let device = a.device().to_string();
     let netdev = netdev_of(&device);
     for seq in 1..=5 {
@@ -386,7 +530,7 @@ struct Peer {
 }
 
 impl Peer {
-    fn spawn(role: &str, address: &str) -> Peer {
+    fn spawn(role: &str, address: &str, mode: SessionMode) -> Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
@@ -398,6 +542,7 @@ impl Peer {
             ])
             .env(ROLE, role)
             .env(ADDRESS, address)
+            .env(MODE, mode.as_str())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -420,7 +565,8 @@ fn child_entry() {
         return;
     };
     let address = std::env::var(ADDRESS).unwrap();
-    let mut s = RcSession::connect("o", &scfg(address), &vcfg()).unwrap();
+    let mode = std::env::var(MODE).unwrap().parse().unwrap();
+    let mut s = RcSession::connect("o", &scfg_in(address, mode), &vcfg()).unwrap();
     match role.as_str() {
         // Send until killed.
         "stream" => {

@@ -21,12 +21,28 @@ const ROUND_TRIPS: u64 = 20_000;
 
 #[test]
 fn session_round_trips_allocate_nothing() {
-    if !rdma_or_skip("session_round_trips_allocate_nothing") {
+    session_round_trips("send");
+}
+
+#[test]
+fn write_session_round_trips_allocate_nothing() {
+    session_round_trips("write");
+}
+
+#[test]
+fn write_imm_session_round_trips_allocate_nothing() {
+    session_round_trips("write-imm");
+}
+
+/// Round trips in session mode `mode`: none may allocate after warm-up.
+fn session_round_trips(mode: &str) {
+    if !rdma_or_skip(&format!("session_round_trips_allocate_nothing ({mode})")) {
         return;
     }
     let toml = format!(
         "transport = \"verbs\"\n[verbs]\nsignal_every = 8\nrecv_batch = 4\n\
-         [sessions.o]\naddress = \"{}:{}\"\ncapacity = 16\nmax_message = 200\ntimestamps = true\n",
+         [sessions.o]\naddress = \"{}:{}\"\ncapacity = 16\nmax_message = 200\ntimestamps = true\n\
+         mode = \"{mode}\"\n",
         addr_a(),
         unique_port()
     );
@@ -78,7 +94,7 @@ fn session_round_trips_allocate_nothing() {
     assert_eq!(
         after - before,
         0,
-        "allocations in {ROUND_TRIPS} session round trips"
+        "allocations in {ROUND_TRIPS} session round trips ({mode})"
     );
 }
 

@@ -19,6 +19,10 @@
 //! the depth (and at least 1), so a sender that used all its credits has
 //! put `depth >= batch` messages in flight, whose consumption triggers the
 //! next update: flow control cannot deadlock while the receiver polls.
+//!
+//! In the `write` session mode the count also rides on every message the
+//! other way, and a write of its own is due only once [`Receipts::peer_room`]
+//! is down to half the depth (see rc/data.rs `announce`).
 
 /// The repost batch for a receive queue of `depth` buffers and the
 /// configured `recv_batch`: at most a quarter of the depth, at least 1.
@@ -90,6 +94,8 @@ pub(crate) struct Receipts {
     unposted: u32,
     /// The last count sent to the peer.
     announced: u32,
+    /// Buffers ever consumed, modulo 2^32.
+    consumed_total: u32,
 }
 
 impl Receipts {
@@ -101,6 +107,7 @@ impl Receipts {
             posted: depth,
             unposted: 0,
             announced: depth,
+            consumed_total: 0,
         }
     }
 
@@ -108,6 +115,7 @@ impl Receipts {
     #[inline]
     pub(crate) fn consumed(&mut self) -> bool {
         self.unposted += 1;
+        self.consumed_total = self.consumed_total.wrapping_add(1);
         self.unposted >= self.batch
     }
 
@@ -129,6 +137,20 @@ impl Receipts {
     #[inline]
     pub(crate) fn to_announce(&self) -> Option<u32> {
         (self.posted != self.announced).then_some(self.posted)
+    }
+
+    /// Buffers ever posted (the count to tell the peer), announced or not.
+    #[inline]
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted
+    }
+
+    /// Messages the peer may still send by the last count it was told,
+    /// counting everything it sent as consumed: when this is low, an
+    /// update that could ride on a later message is due now.
+    #[inline]
+    pub(crate) fn peer_room(&self) -> u32 {
+        self.announced.wrapping_sub(self.consumed_total)
     }
 
     /// Records that `count` reached the peer's queue.
@@ -196,6 +218,9 @@ mod tests {
         r.announced(10);
         assert_eq!(r.to_announce(), None);
         assert_eq!(r.unposted(), 0);
+        // Told 10, consumed 2: the peer may send 8 more.
+        assert_eq!(r.peer_room(), 8);
+        assert_eq!(r.posted(), 10);
     }
 
     /// A sender and a receiver joined by a FIFO "wire" with delays: the

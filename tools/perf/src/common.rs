@@ -92,6 +92,12 @@ pub struct Common {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub signal_every: Option<u32>,
 
+    /// verbs sessions: how messages travel: send (SEND/RECV), write (RDMA
+    /// WRITE into a ring the peer polls) or write-imm (the ring, announced
+    /// by WRITE with immediate). Default: the configuration's (send).
+    #[arg(long, value_name = "MODE")]
+    pub session_mode: Option<mdbus::config::SessionMode>,
+
     /// verbs: receive buffers reposted per batch. Default: the
     /// configuration's (16).
     #[arg(long, value_name = "N",

@@ -67,6 +67,9 @@ pub fn spawn(
     if common.no_inline {
         cmd.arg("--no-inline");
     }
+    if let Some(mode) = common.session_mode {
+        cmd.args(["--session-mode", mode.as_str()]);
+    }
     for (flag, value) in [
         ("--max-inline", common.max_inline),
         ("--signal-every", common.signal_every),

@@ -588,6 +588,12 @@ fn heading(args: &Args, bus: &Bus, name: &str, core: usize, peer_core: Option<us
     );
     if transport == TransportKind::Verbs {
         text += &format!("\n{}", crate::verbs::describe(&bus.config().verbs));
+        if args.channel.unwrap_or(Channel::Session) == Channel::Session {
+            text += &format!(
+                ", session mode {}",
+                bus.config().session(name).mode.as_str()
+            );
+        }
     }
     text
 }

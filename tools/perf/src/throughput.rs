@@ -666,6 +666,12 @@ fn heading(
     );
     if args.common.transport == TransportKind::Verbs {
         text += &format!("\n{}", crate::verbs::describe(&bus.config().verbs));
+        if args.channel() == Channel::Session {
+            text += &format!(
+                ", session mode {}",
+                bus.config().session(name).mode.as_str()
+            );
+        }
     }
     text
 }

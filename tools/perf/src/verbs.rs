@@ -31,6 +31,7 @@ pub fn check_options(common: &Common) -> Result<(), Failure> {
         ("--max-inline", common.max_inline.is_some()),
         ("--signal-every", common.signal_every.is_some()),
         ("--recv-batch", common.recv_batch.is_some()),
+        ("--session-mode", common.session_mode.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(Failure::Usage(format!(
@@ -111,14 +112,18 @@ fn bind_address(
     device_ipv4(&device, v.port, common.gid_index.unwrap_or(-1))
 }
 
-/// Sets up session `s` on verbs: its address, from --address, else the
-/// file, else the device's IPv4 address and the run's port.
+/// Sets up session `s` on verbs: its mode (--session-mode over the file)
+/// and its address, from --address, else the file, else the device's IPv4
+/// address and the run's port.
 pub fn session(
     common: &Common,
     v: &VerbsConfig,
     s: &mut SessionConfig,
     port: u16,
 ) -> Result<(), Failure> {
+    if let Some(mode) = common.session_mode {
+        s.mode = mode;
+    }
     if let Some(a) = common.address {
         s.address = a.to_string();
     } else if s.address.is_empty() {

@@ -15,7 +15,7 @@ use super::super::{errors, lib, Lib};
 use super::hello::{name_hash, Hello};
 use super::setup::Parts;
 use super::{RcSession, FIRST_STEP, RETRY_COUNT, RETRY_PAUSE, RNR_RETRY};
-use crate::config::{SessionConfig, VerbsConfig};
+use crate::config::{SessionConfig, SessionMode, VerbsConfig};
 use crate::error::{Error, Result};
 
 fn session_addr(channel: &str, cfg: &SessionConfig, name: &str) -> Result<SocketAddr> {
@@ -105,6 +105,15 @@ fn describe_event(ev: &CmEvent) -> String {
     format!("{} (status {}{what})", ev.name(), ev.status)
 }
 
+/// Why a peer in another session mode is refused.
+fn mode_mismatch(peer: SessionMode, ours: SessionMode) -> String {
+    format!(
+        "it runs the session in mode `{}`, this end in mode `{}` (sessions.NAME.mode must match)",
+        peer.as_str(),
+        ours.as_str()
+    )
+}
+
 /// Why one connect attempt failed.
 enum Attempt {
     /// Worth trying again until the deadline (no acceptor yet): what
@@ -180,7 +189,13 @@ impl RcSession {
                 continue;
             }
             match Hello::decode(ev.private_data()) {
-                Ok(h) if h.name_hash == name_hash(name) => break (id, h),
+                Ok(h) if h.name_hash == name_hash(name) && h.mode == cfg.mode => break (id, h),
+                Ok(h) if h.name_hash == name_hash(name) => refuse(
+                    id,
+                    &channel,
+                    &mode_mismatch(h.mode, cfg.mode),
+                    &mut rejected,
+                ),
                 Ok(_) => refuse(id, &channel, "it asked for another session", &mut rejected),
                 Err(why) => refuse(id, &channel, &why, &mut rejected),
             }
@@ -343,6 +358,13 @@ impl RcSession {
                         channel: channel.into(),
                         peer: addr.to_string(),
                         reason: "the acceptor serves another session".into(),
+                    }));
+                }
+                if peer.mode != cfg.mode {
+                    return Err(Attempt::Fatal(Error::Protocol {
+                        channel: channel.into(),
+                        peer: addr.to_string(),
+                        reason: mode_mismatch(peer.mode, cfg.mode),
                     }));
                 }
                 Ok((parts, id, peer))

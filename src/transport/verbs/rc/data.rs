@@ -6,13 +6,15 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use verbs_sys::{
-    ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_SUCCESS, IBV_WC_WR_FLUSH_ERR,
-    IBV_WR_RDMA_WRITE, IBV_WR_SEND,
+    ibv_wc, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS,
+    IBV_WC_WR_FLUSH_ERR, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
 };
 
 use super::super::{errors, qp};
 use super::end::End;
+use super::ring::{put_trailer, wire_len, Bad, Trailer, TRAILER};
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, WC_BATCH};
+use crate::config::SessionMode;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::{SessionEnd, CHECK_EVERY};
@@ -122,6 +124,21 @@ impl RcSession {
         out: usize,
         force_signal: bool,
     ) -> Option<u64> {
+        let (addr, rkey) = (self.peer_ctrl + remote, self.peer_rkey);
+        self.post_raw(addr, rkey, bytes, out, force_signal, None)
+    }
+
+    /// Posts an RDMA write (with immediate `imm` when given) of `bytes` to
+    /// `addr` under `rkey`, from out-word `out` when not inline.
+    fn post_raw(
+        &mut self,
+        addr: u64,
+        rkey: u32,
+        bytes: &[u8],
+        out: usize,
+        force_signal: bool,
+        imm: Option<u32>,
+    ) -> Option<u64> {
         if out + bytes.len() > CTRL_LEN {
             return None;
         }
@@ -148,14 +165,19 @@ impl RcSession {
             dst.cast_const()
         };
         let mut sge = qp::sge(src, bytes.len(), self.send_lkey);
-        let mut wr = qp::send_request(slot.index, &mut sge, IBV_WR_RDMA_WRITE, flags);
+        let opcode = match imm {
+            Some(_) => IBV_WR_RDMA_WRITE_WITH_IMM,
+            None => IBV_WR_RDMA_WRITE,
+        };
+        let mut wr = qp::send_request(slot.index, &mut sge, opcode, flags);
+        wr.__bindgen_anon_1.imm_data = imm.unwrap_or(0).to_be();
         if bytes.is_empty() {
             // Some devices read a zero-length entry as 2 GiB: none at all.
             wr.sg_list = std::ptr::null_mut();
             wr.num_sge = 0;
         }
-        wr.wr.rdma.remote_addr = self.peer_ctrl + remote;
-        wr.wr.rdma.rkey = self.peer_rkey;
+        wr.wr.rdma.remote_addr = addr;
+        wr.wr.rdma.rkey = rkey;
         self.seq_at[(slot.index % self.sq_depth) as usize] = self.next_seq - 1;
         // SAFETY: inline data is copied during the call; otherwise the
         // source is the registered out-word, left alone until overwritten
@@ -180,6 +202,54 @@ impl RcSession {
         let len = len.min(bytes.len());
         // Out-word 32..40 is used by no control write.
         self.post_write(offset, &bytes[..len], 32, true).is_some()
+    }
+
+    /// Test hook (ring modes): an RDMA write of 8 bytes `offset` bytes
+    /// into the peer's message ring with the ring's rkey, which its
+    /// registration does not cover at or past the ring's end (then it
+    /// completes with a remote access error, reported by the next
+    /// `check_peer`). `false` when it could not be posted.
+    #[doc(hidden)]
+    pub fn test_ring_write(&mut self, offset: u64, len: usize) -> bool {
+        let bytes = [0xa5u8; 8];
+        let len = len.min(bytes.len());
+        let (addr, rkey) = (self.peer_ring + offset, self.peer_ring_rkey);
+        self.post_raw(addr, rkey, &bytes[..len], 32, true, None)
+            .is_some()
+    }
+
+    /// Bytes of the peer's message ring (ring modes; 0 otherwise).
+    #[doc(hidden)]
+    pub fn test_ring_len(&self) -> u64 {
+        self.peer_depth * self.peer_slot
+    }
+
+    /// Test hook (ring modes): writes a forged trailer (`seq`, `len`) into
+    /// the peer's slot of the next message, without credit, as a hostile
+    /// peer could; in write-imm with the next sequence as immediate. The
+    /// trailer fills the out-words 32..64 when not sent inline.
+    #[doc(hidden)]
+    pub fn test_forge_slot(&mut self, seq: u64, len: u32) -> bool {
+        let next = self.next_seq;
+        let mut t = [0u8; TRAILER];
+        // SAFETY: `t` holds exactly TRAILER bytes ending at its end.
+        unsafe {
+            put_trailer(
+                t.as_mut_ptr().add(TRAILER),
+                &Trailer {
+                    len,
+                    flags: 0,
+                    credit: 0,
+                    timestamp: 0,
+                    seq,
+                },
+            )
+        };
+        let i = (next - 1) % self.peer_depth;
+        let addr = self.peer_ring + (i + 1) * self.peer_slot - TRAILER as u64;
+        let imm = (self.mode == SessionMode::WriteImm).then_some(next as u32);
+        self.post_raw(addr, self.peer_ring_rkey, &t, 32, true, imm)
+            .is_some()
     }
 
     /// Test hook: fills the payload of the last message committed with
@@ -231,6 +301,14 @@ impl RcSession {
         let Some(count) = self.receipts.to_announce() else {
             return;
         };
+        // Write mode: the count rides on our next message; a write of its
+        // own only once the peer is down to half the ring by the last
+        // count it was told, so one-way traffic costs one credit write per
+        // half ring, and a peer out of credit (room 0) always gets one.
+        if self.mode == SessionMode::Write && self.receipts.peer_room() > self.ring_depth as u32 / 2
+        {
+            return;
+        }
         if self.disconnected || self.end.is_some() {
             return;
         }
@@ -249,9 +327,18 @@ impl RcSession {
         if n == 0 || self.disconnected || self.end.is_some() {
             return;
         }
-        // SAFETY: the unposted buffers were delivered and their callbacks
-        // returned, so nothing refers to them.
-        if let Err(e) = unsafe { self.ring.post(&mut self.qp, n) } {
+        let posted = match (self.mode, self.imm.as_mut()) {
+            (SessionMode::Send, _) => {
+                // SAFETY: the unposted buffers were delivered and their
+                // callbacks returned, so nothing refers to them.
+                unsafe { self.ring.post(&mut self.qp, n) }
+            }
+            // Released ring slots need only their credit; write-imm also
+            // needs a receive request per slot for the immediate.
+            (_, Some(imm)) => imm.post(&mut self.qp, n),
+            (_, None) => Ok(()),
+        };
+        if let Err(e) = posted {
             self.fail_os("ibv_post_recv", e);
             return;
         }
@@ -276,6 +363,9 @@ impl SessionEnd for RcSession {
         }
         if self.credits.available() == 0 {
             self.refresh_credits();
+            if self.credits.available() == 0 && self.mode == SessionMode::Write {
+                self.peek_credits();
+            }
             if self.credits.available() == 0 {
                 return None;
             }
@@ -287,11 +377,18 @@ impl SessionEnd for RcSession {
             }
         }
         let p = self.send_slot(self.sq.next_index());
+        // Ring modes: right-aligned, as the write lands in the peer's slot.
+        let at = if self.ring_in.is_some() {
+            self.slot - wire_len(len)
+        } else {
+            HEADER_LEN
+        };
         // SAFETY: the slot of the next request is free (the send queue has
         // room, so the request that used it last has completed); it holds
-        // HEADER_LEN + max_message >= HEADER_LEN + len bytes; the slice
-        // borrows `self`.
-        Some(unsafe { std::slice::from_raw_parts_mut(p.add(HEADER_LEN), len) })
+        // HEADER_LEN + max_message >= HEADER_LEN + len bytes, and in ring
+        // modes ring_slot(max_message) >= wire_len(len); the slice borrows
+        // `self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(p.add(at), len) })
     }
 
     #[inline]
@@ -302,6 +399,9 @@ impl SessionEnd for RcSession {
         let p = self.send_slot(slot.index);
         let seq = self.next_seq;
         self.seq_at[(slot.index % self.sq_depth) as usize] = seq;
+        if self.ring_in.is_some() {
+            return self.commit_write(slot, p, len, flags, timestamp);
+        }
         // SAFETY: the slot is ours (see try_claim) and has room for the
         // header in front of the payload.
         let head = unsafe { std::slice::from_raw_parts_mut(p, HEADER_LEN) };
@@ -335,6 +435,185 @@ impl SessionEnd for RcSession {
 
     #[inline]
     fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let n = match self.mode {
+            SessionMode::Write => self.poll_ring(max, f)?,
+            SessionMode::Send | SessionMode::WriteImm => self.poll_recv(max, f)?,
+        };
+        self.after_poll(n)
+    }
+
+    fn check_peer(&mut self) -> Result<()> {
+        self.peer_state()
+    }
+
+    fn close(&mut self) {
+        self.close_in_order()
+    }
+}
+
+impl RcSession {
+    /// Ring modes: one RDMA WRITE (with immediate in write-imm) of the
+    /// payload and trailer into the peer's slot for this sequence.
+    #[inline]
+    fn commit_write(
+        &mut self,
+        slot: super::super::send_queue::Slot,
+        p: *mut u8,
+        len: usize,
+        flags: u32,
+        timestamp: u64,
+    ) -> Result<u64> {
+        let seq = self.next_seq;
+        let total = wire_len(len);
+        // SAFETY: the local slot is ours (see try_claim) and ends 8-byte
+        // aligned (whole cache lines); the trailer follows the payload.
+        // The credit count rides on every message; in write mode it is
+        // the announcement (see `announce`).
+        let credit = self.receipts.posted();
+        // SAFETY: as above.
+        unsafe {
+            put_trailer(
+                p.add(self.slot),
+                &Trailer {
+                    len: len as u32,
+                    flags,
+                    credit,
+                    timestamp,
+                    seq,
+                },
+            )
+        };
+        // SAFETY: total <= slot (try_claim's layout).
+        let src = unsafe { p.add(self.slot - total) };
+        let mut send_flags = if slot.signaled { IBV_SEND_SIGNALED } else { 0 };
+        if total <= self.inline_max {
+            send_flags |= IBV_SEND_INLINE;
+        }
+        let opcode = if self.mode == SessionMode::WriteImm {
+            IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            IBV_WR_RDMA_WRITE
+        };
+        let mut sge = qp::sge(src, total, self.send_lkey);
+        let mut wr = qp::send_request(slot.index, &mut sge, opcode, send_flags);
+        // The peer's slot for this sequence, filled up to its end; total
+        // fits the peer's slot because len <= the peer's max_payload.
+        let i = (seq - 1) % self.peer_depth;
+        wr.wr.rdma.remote_addr =
+            self.peer_ring + i * self.peer_slot + self.peer_slot - total as u64;
+        wr.wr.rdma.rkey = self.peer_ring_rkey;
+        wr.__bindgen_anon_1.imm_data = (seq as u32).to_be();
+        // SAFETY: as for a SEND: the source is registered and left alone
+        // until the request completes.
+        if let Err(e) = unsafe { self.qp.post_send(&mut wr) } {
+            self.sq.untake(slot);
+            self.refresh_events();
+            self.fail_os("ibv_post_send (message write)", e);
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        self.credits.spend();
+        self.next_seq += 1;
+        if self.mode == SessionMode::Write {
+            self.receipts.announced(credit);
+        }
+        Ok(seq)
+    }
+
+    /// Write mode, out of credit: applies the counts riding on messages
+    /// that have arrived but were not polled yet, so a sender that does
+    /// not poll while it waits still sees the credit its peer sent.
+    #[cold]
+    fn peek_credits(&mut self) {
+        let Some(ring) = self.ring_in.as_ref() else {
+            return;
+        };
+        let mut best = None;
+        for seq in self.expect_seq..self.expect_seq + self.ring_depth {
+            match ring.peek_credit(seq) {
+                Some(c) => best = Some(c),
+                None => break,
+            }
+        }
+        if let Some(total) = best {
+            if let Err(bad) = self.credits.grant(total) {
+                self.fail(End::Protocol(format!(
+                    "it granted credit up to {bad}, more ring slots than it has"
+                )));
+            }
+        }
+    }
+
+    /// Ends the session for a slot that does not hold the expected message.
+    #[cold]
+    fn bad_slot(&mut self, bad: Bad) -> Error {
+        let seq = self.expect_seq;
+        let reason = match bad {
+            Bad::Empty => format!(
+                "its write-with-immediate for message {seq} completed but the message's slot is empty"
+            ),
+            Bad::Seq(got) => format!(
+                "its ring slot for message {seq} holds sequence {got}"
+            ),
+            Bad::Len(len) => format!(
+                "its message {seq} claims {len} payload bytes, more than max_message {} or the ring slot holds",
+                self.max_message
+            ),
+        };
+        self.fail(End::Protocol(reason));
+        self.ended().expect("a failure was recorded")
+    }
+
+    /// Delivers the message in the ring slot of `expect_seq`; `Ok(false)`
+    /// when it has not arrived (write mode only).
+    #[inline]
+    fn take_slot<F: FnMut(Message<'_>)>(&mut self, f: &mut F, must: bool) -> Result<bool> {
+        let seq = self.expect_seq;
+        let ring = self.ring_in.as_ref().expect("ring mode");
+        // SAFETY: the payload is dropped (the callback returns) before the
+        // slot is released below.
+        match unsafe { ring.read(seq, self.max_message) } {
+            Ok(m) => {
+                // Cumulative: an older count changes nothing.
+                if let Err(bad) = self.credits.grant(m.credit) {
+                    let reason =
+                        format!("it granted credit up to {bad}, more ring slots than it has");
+                    self.fail(End::Protocol(reason));
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
+                f(Message {
+                    seq,
+                    flags: m.flags,
+                    timestamp: m.timestamp,
+                    payload: m.payload,
+                });
+                ring.release(seq);
+            }
+            Err(Bad::Empty) if !must => return Ok(false),
+            Err(bad) => return Err(self.bad_slot(bad)),
+        }
+        self.expect_seq += 1;
+        if self.receipts.consumed() {
+            self.repost();
+        }
+        Ok(true)
+    }
+
+    /// Write mode: polls the ring's memory.
+    #[inline]
+    fn poll_ring<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
+        let mut n = 0;
+        while n < max && self.end.is_none() {
+            if !self.take_slot(f, false)? {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Send and write-imm modes: receive completions, each one message.
+    #[inline]
+    fn poll_recv<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize> {
         let mut n = 0;
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
         while n < max {
@@ -354,36 +633,72 @@ impl SessionEnd for RcSession {
                     self.wc_failed(wc, "receive");
                     continue;
                 }
-                // SAFETY: a successful completion hands the buffer back; it
-                // is reposted only after the callback returns.
-                let buf = unsafe { self.ring.buffer(wc.wr_id, wc.byte_len) };
-                let (h, payload) = match Header::decode(buf) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        self.fail(End::Protocol(format!("message {}: {e}", self.expect_seq)));
-                        return Err(self.ended().expect("a failure was recorded"));
-                    }
-                };
-                if h.seq != self.expect_seq {
-                    self.fail(End::Protocol(format!(
-                        "message {} arrived where {} was expected",
-                        h.seq, self.expect_seq
-                    )));
-                    return Err(self.ended().expect("a failure was recorded"));
+                if self.ring_in.is_some() {
+                    self.take_imm(wc, f)?;
+                } else {
+                    self.take_send(wc, f)?;
                 }
-                f(Message {
-                    seq: h.seq,
-                    flags: h.flags,
-                    timestamp: h.timestamp,
-                    payload,
-                });
-                self.expect_seq += 1;
                 n += 1;
-                if self.receipts.consumed() {
-                    self.repost();
-                }
             }
         }
+        Ok(n)
+    }
+
+    /// Write-imm mode: the completion names the next slot (immediate =
+    /// the sequence's low 32 bits); the message is in the ring.
+    #[inline]
+    fn take_imm<F: FnMut(Message<'_>)>(&mut self, wc: &ibv_wc, f: &mut F) -> Result<()> {
+        // SAFETY: a successful receive completion of RDMA WRITE with
+        // immediate carries the immediate in this union arm.
+        let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+        if wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || imm != self.expect_seq as u32 {
+            let reason = format!(
+                "a receive completion (opcode {}, immediate {imm}) arrived where the write of message {} was expected",
+                wc.opcode, self.expect_seq
+            );
+            self.fail(End::Protocol(reason));
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        self.take_slot(f, true)?;
+        Ok(())
+    }
+
+    /// Send mode: the message is in the completed receive buffer.
+    #[inline]
+    fn take_send<F: FnMut(Message<'_>)>(&mut self, wc: &ibv_wc, f: &mut F) -> Result<()> {
+        // SAFETY: a successful completion hands the buffer back; it is
+        // reposted only after the callback returns.
+        let buf = unsafe { self.ring.buffer(wc.wr_id, wc.byte_len) };
+        let (h, payload) = match Header::decode(buf) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail(End::Protocol(format!("message {}: {e}", self.expect_seq)));
+                return Err(self.ended().expect("a failure was recorded"));
+            }
+        };
+        if h.seq != self.expect_seq {
+            self.fail(End::Protocol(format!(
+                "message {} arrived where {} was expected",
+                h.seq, self.expect_seq
+            )));
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        f(Message {
+            seq: h.seq,
+            flags: h.flags,
+            timestamp: h.timestamp,
+            payload,
+        });
+        self.expect_seq += 1;
+        if self.receipts.consumed() {
+            self.repost();
+        }
+        Ok(())
+    }
+
+    /// What every poll does after taking messages: credits, liveness.
+    #[inline]
+    fn after_poll(&mut self, n: usize) -> Result<usize> {
         if n > 0 {
             self.idle = 0;
             return Ok(n);
@@ -406,13 +721,5 @@ impl SessionEnd for RcSession {
             }
         }
         Ok(0)
-    }
-
-    fn check_peer(&mut self) -> Result<()> {
-        self.peer_state()
-    }
-
-    fn close(&mut self) {
-        self.close_in_order()
     }
 }

@@ -24,15 +24,21 @@
 //! delivered that many messages. A disconnect without that word is the
 //! peer's death.
 //!
+//! That is `mode = "send"`. In the ring modes (`write`, `write-imm`) a
+//! message is instead one RDMA WRITE into the next slot of a ring in the
+//! peer's memory, found by polling the slot's last word or through a
+//! write-with-immediate completion; see [`ring`] and docs/RDMA.md.
+//!
 //! In parts: `hello` (the connect data), `setup` (the verbs objects of
 //! one end), `connect` (accept, connect and retries), `data` (claim,
 //! commit, poll and the credit writes) and `end` (how a session ends and
-//! closes).
+//! closes), `ring` (the ring modes' slot layout and receive side).
 
 mod connect;
 mod data;
 mod end;
 mod hello;
+mod ring;
 mod setup;
 
 use std::time::{Duration, Instant};
@@ -46,7 +52,9 @@ use super::pd::Pd;
 use super::qp::CmQp;
 use super::recv_ring::RecvRing;
 use super::send_queue::SendQueue;
+use crate::config::SessionMode;
 use end::End;
+use ring::{ImmRecvs, RingIn};
 
 /// Completions taken from a queue per `ibv_poll_cq` call.
 const WC_BATCH: usize = 32;
@@ -76,6 +84,19 @@ const FIRST_STEP: Duration = Duration::from_secs(1);
 
 /// One end of an RC session.
 pub struct RcSession {
+    /// How messages travel (send, write, write-imm).
+    mode: SessionMode,
+    /// Ring modes: our ring, which the peer writes.
+    ring_in: Option<RingIn>,
+    /// write-imm: receive requests without buffers.
+    imm: Option<ImmRecvs>,
+    /// Ring modes: the peer's ring (address, rkey, slot bytes, slots).
+    peer_ring: u64,
+    peer_ring_rkey: u32,
+    peer_slot: u64,
+    peer_depth: u64,
+    /// Slots of our ring (our receive depth).
+    ring_depth: u64,
     sq: SendQueue,
     credits: Credits,
     receipts: Receipts,

@@ -17,8 +17,9 @@ use super::super::recv_ring::RecvRing;
 use super::super::send_queue::SendQueue;
 use super::super::{device, errors, Lib};
 use super::hello::{name_hash, Hello};
+use super::ring::{ring_slot, ImmRecvs, RingIn};
 use super::{Cold, KeepAlive, RcSession, CTRL_LEN, CTRL_REMOTE_LEN, SQ_SLACK};
-use crate::config::{SessionConfig, VerbsConfig};
+use crate::config::{SessionConfig, SessionMode, VerbsConfig};
 use crate::error::Result;
 use crate::transport::slot_size;
 
@@ -43,6 +44,9 @@ pub(super) struct Parts {
     pub(super) recv_depth: u32,
     pub(super) max_message: usize,
     pub(super) verbs: &'static verbs_sys::Verbs,
+    pub(super) mode: SessionMode,
+    /// Ring modes: the receive requests without buffers (write-imm).
+    pub(super) imm: Option<ImmRecvs>,
 }
 
 impl Parts {
@@ -60,7 +64,15 @@ impl Parts {
         let ctx = id.context();
         let recv_depth = u32::try_from(cfg.capacity).unwrap_or(u32::MAX);
         let sq_depth = recv_depth.saturating_add(SQ_SLACK);
-        let slot = slot_size(cfg.max_message);
+        let mode = cfg.mode;
+        let ring_mode = mode != SessionMode::Send;
+        // Ring modes lay a message out right-aligned in its slot with the
+        // trailer last, the send pool as the peer's ring.
+        let slot = if ring_mode {
+            ring_slot(cfg.max_message)
+        } else {
+            slot_size(cfg.max_message)
+        };
         let mut attr = verbs_sys::ibv_device_attr::default();
         // SAFETY: a resolved id's context is live while the id is.
         let rc = unsafe { (lib.verbs.ibv_query_device)(ctx, &mut attr) };
@@ -111,16 +123,30 @@ impl Parts {
                 &device,
             )
         }?;
+        // Send mode: receive buffers, local writes only. Ring modes: the
+        // ring the peer writes messages into, registered on its own and to
+        // the byte, so the peer's rkey reaches exactly the ring.
         // SAFETY: as above.
         let recv_mem = unsafe {
-            Region::new(
-                lib.verbs,
-                &pd,
-                recv_depth as usize * slot,
-                IBV_ACCESS_LOCAL_WRITE,
-                "the receive pool",
-                &device,
-            )
+            if ring_mode {
+                Region::new_exact(
+                    lib.verbs,
+                    &pd,
+                    recv_depth as usize * slot,
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                    "the message ring",
+                    &device,
+                )
+            } else {
+                Region::new(
+                    lib.verbs,
+                    &pd,
+                    recv_depth as usize * slot,
+                    IBV_ACCESS_LOCAL_WRITE,
+                    "the receive pool",
+                    &device,
+                )
+            }
         }?;
         // SAFETY: as above.
         let ctrl_mem = unsafe {
@@ -137,7 +163,12 @@ impl Parts {
         let (mut qp, caps) = loop {
             let want = Caps {
                 send_wr: sq_depth,
-                recv_wr: recv_depth,
+                // Write mode takes nothing from the receive queue.
+                recv_wr: if mode == SessionMode::Write {
+                    1
+                } else {
+                    recv_depth
+                },
                 inline,
             };
             // SAFETY: as above; the PD and queues are on the id's device.
@@ -159,9 +190,16 @@ impl Parts {
                 Err(e) => return Err(e),
             }
         };
-        let mut ring = RecvRing::new(&recv_mem, recv_depth, slot);
-        // SAFETY: at start-up no buffer has been posted or handed out.
-        if let Err(e) = unsafe { ring.post(&mut qp, recv_depth) } {
+        // Ring modes post no buffers: an empty ring of receive buffers.
+        let mut ring = RecvRing::new(&recv_mem, if ring_mode { 0 } else { recv_depth }, slot);
+        let mut imm = (mode == SessionMode::WriteImm).then(|| ImmRecvs::new(recv_depth));
+        let posted = match imm.as_mut() {
+            Some(imm) => imm.post(&mut qp, recv_depth),
+            // SAFETY: at start-up no buffer has been posted or handed out.
+            None if !ring_mode => unsafe { ring.post(&mut qp, recv_depth) },
+            None => Ok(()),
+        };
+        if let Err(e) = posted {
             return Err(errors::os(
                 "ibv_post_recv of the receive ring",
                 &device,
@@ -184,6 +222,8 @@ impl Parts {
             recv_depth,
             max_message: cfg.max_message,
             verbs: lib.verbs,
+            mode,
+            imm,
         })
     }
 
@@ -195,6 +235,17 @@ impl Parts {
             max_payload: self.max_message as u32,
             ctrl_rkey: self.ctrl_mem.rkey(),
             ctrl_addr: self.ctrl_mem.ptr() as u64,
+            mode: self.mode,
+            ring_rkey: if self.mode == SessionMode::Send {
+                0
+            } else {
+                self._recv_mem.rkey()
+            },
+            ring_addr: if self.mode == SessionMode::Send {
+                0
+            } else {
+                self._recv_mem.ptr() as u64
+            },
         }
     }
 }
@@ -251,8 +302,19 @@ impl RcSession {
                 ],
             )
         };
+        let ring_mode = parts.mode != SessionMode::Send;
+        let ring_in =
+            ring_mode.then(|| RingIn::new(parts._recv_mem.ptr(), parts.slot, parts.recv_depth));
         let now = Instant::now();
         RcSession {
+            mode: parts.mode,
+            ring_in,
+            imm: parts.imm,
+            peer_ring: peer.ring_addr,
+            peer_ring_rkey: peer.ring_rkey,
+            peer_slot: ring_slot(peer.max_payload as usize) as u64,
+            peer_depth: u64::from(peer.recv_depth),
+            ring_depth: u64::from(parts.recv_depth),
             sq: SendQueue::new(sq_depth as u32, vcfg.signal_every),
             credits: Credits::new(peer.recv_depth),
             receipts: Receipts::new(
