@@ -1,7 +1,7 @@
 //! How a session ends: failed completions and posts, rdma_cm events, the
 //! peer's close word, and the orderly close of this end.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use verbs_sys::{
     ibv_wc, Rdmacm, IBV_WC_REM_ACCESS_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
@@ -14,6 +14,11 @@ use super::super::errors;
 use super::connect::refuse;
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT};
 use crate::error::{Error, Result};
+
+/// Quiet time after which unsignaled requests are confirmed with one
+/// signaled write: far longer than a request/response round trip (a few
+/// µs on hardware), so an exchange in progress never pays for it.
+const CONFIRM_AFTER: Duration = Duration::from_millis(1);
 
 /// How a session came to an end, kept so every later call reports it.
 #[derive(Debug, Clone)]
@@ -182,8 +187,8 @@ impl RcSession {
     }
 
     /// Writes a zero-length keep-alive when nothing was posted for
-    /// `keepalive_interval`, or at the first idle check after unsignaled
-    /// requests (so their acknowledgement is known), and fails the session when one (or anything
+    /// `keepalive_interval`, or after [`CONFIRM_AFTER`] of quiet following
+    /// unsignaled requests (so their acknowledgement is known), and fails the session when one (or anything
     /// posted before it) stays unacknowledged for `keepalive_timeout`.
     /// Under load nothing extra is sent: the messages are acknowledged.
     fn keep_alive(&mut self) {
@@ -211,11 +216,15 @@ impl RcSession {
             return;
         }
         // Requests posted unsignaled and not yet known complete: one
-        // signaled write at once confirms them (and so the acknowledged
-        // sequence), once per idle spell.
+        // signaled write confirms them (and so the acknowledged sequence)
+        // once the session has been quiet for CONFIRM_AFTER. Not at the
+        // first empty poll: in a request/response exchange every wait for
+        // the reply is such a spell, and a write per round trip would add
+        // wire packets to every message.
+        let quiet = now.saturating_duration_since(self.keepalive.since);
         let unconfirmed = self.sq.completed() < posted;
-        if unconfirmed
-            || now.saturating_duration_since(self.keepalive.since) >= self.keepalive.interval
+        if (unconfirmed && quiet >= CONFIRM_AFTER.min(self.keepalive.interval))
+            || quiet >= self.keepalive.interval
         {
             // Zero bytes into the credit word: no memory changes, but the
             // peer's device must acknowledge it.
