@@ -26,7 +26,7 @@ use crate::sys::hugepages;
 use crate::sys::leftovers::Format;
 use crate::sys::map::{Access, Mapping};
 use crate::sys::process::Creator;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 // The liveness helpers moved to `crate::sys::process`; re-exported for the
 // endpoints that call them through this module.
@@ -50,6 +50,10 @@ const RING_CONTROL_STRIDE: usize = 512;
 /// The consumer line sits two cache lines after the producer line, so the
 /// adjacent-line prefetcher does not couple them.
 const CONSUMER_LINE: usize = 128;
+/// Offsets of the doorbell of ring 0 (streams): the asleep flag and the
+/// futex word, each on its own cache line; zero in a fresh segment.
+const DOORBELL_ASLEEP: usize = 3584;
+const DOORBELL_BELL: usize = 3648;
 /// Bytes covered by the header checksum.
 const CHECKED_BYTES: usize = 72;
 /// Bytes of the sealed header: the checked fields and their checksum.
@@ -400,6 +404,15 @@ impl Segment {
     /// Consumer-owned control word of ring `r`.
     pub fn consumer_word(&self, r: usize) -> &AtomicU64 {
         self.word(RING_CONTROL + r * RING_CONTROL_STRIDE + CONSUMER_LINE)
+    }
+
+    /// The doorbell of ring 0, with which a stream's idle subscribers sleep.
+    pub fn doorbell(&self) -> super::doorbell::Doorbell {
+        let bell = self.word(DOORBELL_BELL) as *const AtomicU64 as *const AtomicU32;
+        // SAFETY: both words lie in the header, which the segment keeps
+        // mapped; the bell is only ever accessed as this atomic u32 (the
+        // first half of an 8-aligned word, so aligned).
+        unsafe { super::doorbell::Doorbell::new(self.word(DOORBELL_ASLEEP), bell) }
     }
 
     /// First slot word of ring `r`.
