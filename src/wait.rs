@@ -196,8 +196,8 @@ pub struct AdaptiveConfig {
 impl Default for AdaptiveConfig {
     fn default() -> Self {
         AdaptiveConfig {
-            spin_polls: 10_000,
-            quiet: Duration::from_micros(100),
+            spin_polls: 100,
+            quiet: Duration::from_micros(500),
             max_block: Duration::from_millis(50),
         }
     }
