@@ -22,7 +22,7 @@ use crate::sys::map::Mapping;
 const MPOL_PREFERRED: libc::c_int = 1;
 /// `MPOL_MF_MOVE`: migrate pages of this process that break the policy.
 const MPOL_MF_MOVE: libc::c_uint = 1 << 1;
-/// Nodes a mask passed to the kernel covers (one 64-bit word... times 16).
+/// 64-bit words of the node mask passed to the kernel (1 024 nodes).
 const MASK_WORDS: usize = 16;
 
 /// The NUMA node of `dev` read from `sysfs`, or `None` when the device is
