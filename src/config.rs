@@ -121,14 +121,47 @@ impl Default for ShmConfig {
 }
 
 /// Thread placement and waiting.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThreadConfig {
-    /// How blocking calls wait (`busy-spin`, `spin-hint`, `yield`).
+    /// How blocking calls wait (`busy-spin`, `spin-hint`, `yield`,
+    /// `adaptive`).
     pub wait: WaitStrategy,
     /// RDMA or network device whose NUMA node the busy-polling threads
     /// should run on; empty for none.
     pub device: String,
+    /// `adaptive`: empty polls before blocking.
+    pub adaptive_spin_polls: u32,
+    /// `adaptive`: and this long without data.
+    #[serde(with = "duration_str")]
+    pub adaptive_quiet: Duration,
+    /// `adaptive`: the longest one block lasts.
+    #[serde(with = "duration_str")]
+    pub adaptive_max_block: Duration,
+}
+
+impl Default for ThreadConfig {
+    fn default() -> Self {
+        let a = crate::wait::AdaptiveConfig::default();
+        ThreadConfig {
+            wait: WaitStrategy::default(),
+            device: String::new(),
+            adaptive_spin_polls: a.spin_polls,
+            adaptive_quiet: a.quiet,
+            adaptive_max_block: a.max_block,
+        }
+    }
+}
+
+impl ThreadConfig {
+    /// The thresholds of the adaptive wait.
+    pub fn adaptive(&self) -> crate::wait::AdaptiveConfig {
+        crate::wait::AdaptiveConfig {
+            spin_polls: self.adaptive_spin_polls,
+            quiet: self.adaptive_quiet,
+            max_block: self.adaptive_max_block,
+        }
+    }
 }
 
 /// The bus's service thread: it does `service()` for the bus's datagram
@@ -694,6 +727,9 @@ impl Config {
     /// Checks every value; an error names the key and what is allowed.
     pub fn validate(&self, source_name: &str) -> Result<(), ConfigError> {
         let err = |key: String, msg: String| ConfigError::new(source_name, key, msg);
+        if let Err((key, msg)) = self.threads.adaptive().check() {
+            return Err(err(format!("threads.{key}"), msg));
+        }
         if self.service.thread && self.service.interval.is_zero() {
             return Err(err(
                 "service.interval".into(),

@@ -78,6 +78,20 @@ pub(crate) enum SubscriberImpl {
 }
 
 impl SubscriberImpl {
+    /// See [`Subscriber::wait_for_data`]. A replay sleeps only once it is
+    /// live: while it replays, the archive always has something to read.
+    pub(crate) fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match self {
+            SubscriberImpl::Shm(t) => Ok(t.wait_for_data(timeout)),
+            SubscriberImpl::Udp(t) => t.wait_for_data(timeout),
+            SubscriberImpl::Ud(_) => Ok(false),
+            SubscriberImpl::Replay(r) => match r.live_mut() {
+                Some(live) => live.wait_for_data(timeout),
+                None => Ok(true),
+            },
+        }
+    }
+
     /// Polls the transport (the archive, for a replay).
     #[inline]
     pub(crate) fn poll_events<F: FnMut(Event<'_>)>(
@@ -582,5 +596,41 @@ impl Subscriber {
             c.error(e);
         }
         r
+    }
+
+    /// Blocks until the transport signals that something may have arrived,
+    /// or `timeout` passes: on the segment's doorbell (shared memory), in
+    /// `epoll_wait` on the sockets (UDP, bounded by the next retransmit
+    /// deadline). Returns true when woken by an event, false on timeout, on
+    /// a signal, or at once on a transport without an event source yet
+    /// (RDMA). Cheap for the publisher: it rings only while a subscriber
+    /// sleeps. Call [`poll`](Self::poll) next either way.
+    pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.inner.wait_for_data(timeout)
+    }
+
+    /// [`poll`](Self::poll), then, when `wait` says the stream has been
+    /// quiet long enough, [`wait_for_data`](Self::wait_for_data) for at
+    /// most its `max_block`. Returns what the poll delivered. A loop of
+    /// these spins while traffic flows and sleeps when it stops; each call
+    /// returns within `max_block`, so the loop can check a stop flag.
+    #[inline]
+    pub fn poll_wait<F: FnMut(Event<'_>)>(
+        &mut self,
+        wait: &mut crate::wait::Adaptive,
+        mut f: F,
+    ) -> Result<usize> {
+        // Any event counts as activity: one that is not a message (the
+        // publisher's end, a loss) must reach the loop before it sleeps.
+        let mut events = 0;
+        let n = self.poll(|e| {
+            events += 1;
+            f(e)
+        })?;
+        if let Some(limit) = wait.after_poll(events) {
+            let event = self.wait_for_data(limit)?;
+            wait.woke(event);
+        }
+        Ok(n)
     }
 }

@@ -9,6 +9,16 @@
 //! | [`BusySpin`] | `"busy-spin"` | nothing | the core is dedicated (pinned, isolated); lowest latency |
 //! | [`SpinHint`] | `"spin-hint"` | `std::hint::spin_loop()` (`pause` on x86, `isb`/`yield` on Arm) | a hyperthread sibling does useful work, or power matters; a `pause` costs roughly 10 to 140 cycles depending on the CPU |
 //! | [`Yield`] | `"yield"` | `std::thread::yield_now()` (`sched_yield`) | the core is shared with other runnable threads; adds a syscall |
+//! | [`Adaptive`] | `"adaptive"` | spins while traffic flows; after `threads.adaptive_spin_polls` empty polls and `threads.adaptive_quiet` without data, blocks on the transport's event source for at most `threads.adaptive_max_block` | many subscribers share few cores, or a feed is idle for long stretches |
+//!
+//! Blocking needs the transport: [`Adaptive`] is driven by
+//! [`Subscriber::poll_wait`](crate::Subscriber::poll_wait), which sleeps on
+//! the segment's futex doorbell (shared memory) or in `epoll_wait` on the
+//! sockets (UDP); as a plain [`Wait`] (sessions waiting for credit, RDMA
+//! links, which have no completion channel yet) `"adaptive"` spins with the
+//! hint. Every block is bounded by `adaptive_max_block`, so a loop that
+//! checks a stop flag (set by SIGINT or SIGTERM) between polls sees it
+//! within that time.
 //!
 //! None of them allocates or takes a lock; only [`Yield`] makes a system
 //! call. The unit structs let a hot loop be generic over the strategy and
@@ -36,6 +46,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 /// A way to pass the time between two empty polls.
 ///
@@ -105,22 +116,27 @@ pub enum WaitStrategy {
     SpinHint,
     /// See [`Yield`].
     Yield,
+    /// See [`Adaptive`].
+    Adaptive,
 }
 
 impl WaitStrategy {
     /// Every strategy, in the order of the table in the module docs.
-    pub const ALL: [WaitStrategy; 3] = [
+    pub const ALL: [WaitStrategy; 4] = [
         WaitStrategy::BusySpin,
         WaitStrategy::SpinHint,
         WaitStrategy::Yield,
+        WaitStrategy::Adaptive,
     ];
 
-    /// The configuration string: `"busy-spin"`, `"spin-hint"` or `"yield"`.
+    /// The configuration string: `"busy-spin"`, `"spin-hint"`, `"yield"` or
+    /// `"adaptive"`.
     pub const fn as_str(self) -> &'static str {
         match self {
             WaitStrategy::BusySpin => "busy-spin",
             WaitStrategy::SpinHint => "spin-hint",
             WaitStrategy::Yield => "yield",
+            WaitStrategy::Adaptive => "adaptive",
         }
     }
 }
@@ -132,6 +148,8 @@ impl Wait for WaitStrategy {
             WaitStrategy::BusySpin => BusySpin.wait(),
             WaitStrategy::SpinHint => SpinHint.wait(),
             WaitStrategy::Yield => Yield.wait(),
+            // Without an event source to block on, adaptive spins politely.
+            WaitStrategy::Adaptive => SpinHint.wait(),
         }
     }
 }
@@ -144,7 +162,9 @@ impl fmt::Display for WaitStrategy {
 
 /// A string that names no wait strategy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown wait strategy {0:?}: expected \"busy-spin\", \"spin-hint\" or \"yield\"")]
+#[error(
+    "unknown wait strategy {0:?}: expected \"busy-spin\", \"spin-hint\", \"yield\" or \"adaptive\""
+)]
 pub struct UnknownWaitStrategy(pub String);
 
 impl FromStr for WaitStrategy {
@@ -155,6 +175,208 @@ impl FromStr for WaitStrategy {
             .into_iter()
             .find(|w| w.as_str() == s)
             .ok_or_else(|| UnknownWaitStrategy(s.to_owned()))
+    }
+}
+
+/// The thresholds of [`Adaptive`]: `threads.adaptive_spin_polls`,
+/// `threads.adaptive_quiet` and `threads.adaptive_max_block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveConfig {
+    /// Consecutive empty polls before blocking is considered (at least 1).
+    pub spin_polls: u32,
+    /// And at least this long without data: bursts with short gaps stay
+    /// on the spinning path.
+    pub quiet: Duration,
+    /// The longest one block lasts; bounds how late a stop flag (SIGINT,
+    /// SIGTERM) and the transport's timers (liveness, retransmit
+    /// requests) are looked at. From 1 us to 1 s.
+    pub max_block: Duration,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            spin_polls: 100,
+            quiet: Duration::from_micros(500),
+            max_block: Duration::from_millis(50),
+        }
+    }
+}
+
+impl AdaptiveConfig {
+    /// Checks the thresholds; the error names the key and the rule.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.spin_polls == 0 {
+            return Err((
+                "adaptive_spin_polls",
+                "must be at least 1: a poll that finds data must never block".into(),
+            ));
+        }
+        if self.max_block < Duration::from_micros(1) || self.max_block > Duration::from_secs(1) {
+            return Err((
+                "adaptive_max_block",
+                format!(
+                    "{:?} is out of range: allowed 1us to 1s (it bounds how late a stop signal is seen)",
+                    self.max_block
+                ),
+            ));
+        }
+        if self.quiet > Duration::from_secs(60) {
+            return Err((
+                "adaptive_quiet",
+                format!("{:?} is out of range: allowed 0s to 60s", self.quiet),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What an [`Adaptive`] wait did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdaptiveStats {
+    /// Blocks on the event source.
+    pub blocks: u64,
+    /// Blocks that ended with an event (data, or the publisher's bell).
+    pub woken: u64,
+}
+
+/// Spin while traffic flows, block on the transport's event source after a
+/// quiet period, and spin again from the first event. Keeps its state
+/// between polls; one per polling loop.
+///
+/// ```
+/// use std::time::Duration;
+/// use mdbus::wait::{Adaptive, AdaptiveConfig};
+///
+/// let mut wait = Adaptive::new(AdaptiveConfig {
+///     spin_polls: 2,
+///     quiet: Duration::ZERO,
+///     max_block: Duration::from_millis(10),
+/// });
+/// assert_eq!(wait.after_poll(0), None); // first empty poll: spin
+/// assert_eq!(wait.after_poll(0), Some(Duration::from_millis(10))); // block
+/// wait.woke(true); // an event: spin again
+/// assert_eq!(wait.after_poll(0), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    cfg: AdaptiveConfig,
+    empty: u32,
+    quiet_from: Option<Instant>,
+    stats: AdaptiveStats,
+}
+
+impl Adaptive {
+    /// A wait that starts on the spinning path.
+    pub fn new(cfg: AdaptiveConfig) -> Adaptive {
+        Adaptive {
+            cfg,
+            empty: 0,
+            quiet_from: None,
+            stats: AdaptiveStats::default(),
+        }
+    }
+
+    /// The thresholds.
+    pub fn config(&self) -> &AdaptiveConfig {
+        &self.cfg
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> AdaptiveStats {
+        self.stats
+    }
+
+    /// Records what a poll delivered; returns how long the caller should
+    /// now block on its event source, or `None` to poll again at once.
+    /// Reads the clock only once the empty polls reach the threshold.
+    #[inline]
+    pub fn after_poll(&mut self, delivered: usize) -> Option<Duration> {
+        if delivered > 0 {
+            self.empty = 0;
+            self.quiet_from = None;
+            return None;
+        }
+        if self.empty < self.cfg.spin_polls {
+            self.empty += 1;
+            if self.empty < self.cfg.spin_polls {
+                std::hint::spin_loop();
+                return None;
+            }
+        }
+        let now = Instant::now();
+        let since = *self.quiet_from.get_or_insert(now);
+        if now.duration_since(since) < self.cfg.quiet {
+            std::hint::spin_loop();
+            return None;
+        }
+        Some(self.cfg.max_block)
+    }
+
+    /// Records a block's end: `event` true when the event source fired,
+    /// which puts the wait back on the spinning path.
+    #[inline]
+    pub fn woke(&mut self, event: bool) {
+        self.stats.blocks += 1;
+        if event {
+            self.stats.woken += 1;
+            self.empty = 0;
+            self.quiet_from = None;
+        }
+    }
+}
+
+/// An epoll instance watching a few file descriptors for input: the event
+/// source of socket transports. Closed on drop.
+#[derive(Debug)]
+pub(crate) struct Epoll {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Epoll {
+    /// Watches `fds` for readability (level-triggered).
+    pub(crate) fn new(fds: &[std::os::fd::RawFd]) -> std::io::Result<Epoll> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let ep = Epoll { fd };
+        for &f in fds {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: f as u64,
+            };
+            // SAFETY: valid epoll descriptor and event struct; `f` is a
+            // descriptor the caller keeps open as long as the Epoll.
+            let r = unsafe { libc::epoll_ctl(ep.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, f, &mut ev) };
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(ep)
+    }
+
+    /// Blocks until a descriptor is readable or `timeout` passes; true when
+    /// one is readable. A signal ends the wait early (false).
+    pub(crate) fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        // Rounded up: a sub-millisecond timeout must still block.
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
+        // SAFETY: valid descriptor; `ev` has room for the one event asked.
+        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(n > 0)
     }
 }
 
@@ -179,6 +401,7 @@ mod tests {
             ("busy-spin", WaitStrategy::BusySpin),
             ("spin-hint", WaitStrategy::SpinHint),
             ("yield", WaitStrategy::Yield),
+            ("adaptive", WaitStrategy::Adaptive),
         ] {
             let cfg: Cfg = toml::from_str(&format!("wait = \"{text}\"")).unwrap();
             assert_eq!(cfg.wait, expected);
@@ -245,6 +468,101 @@ mod tests {
             assert_eq!(polls, 5, "{strategy}");
             assert_eq!(counting.waits, 4, "{strategy}");
         }
+    }
+
+    fn quick(spin_polls: u32) -> AdaptiveConfig {
+        AdaptiveConfig {
+            spin_polls,
+            quiet: Duration::ZERO,
+            max_block: Duration::from_millis(5),
+        }
+    }
+
+    #[test]
+    fn adaptive_blocks_after_the_empty_polls_and_spins_after_an_event() {
+        let mut w = Adaptive::new(quick(3));
+        assert_eq!(w.after_poll(0), None);
+        assert_eq!(w.after_poll(0), None);
+        assert_eq!(w.after_poll(0), Some(Duration::from_millis(5)));
+        // A block that timed out: stays on the blocking path.
+        w.woke(false);
+        assert_eq!(w.after_poll(0), Some(Duration::from_millis(5)));
+        // An event: spins again for the full count.
+        w.woke(true);
+        assert_eq!(w.after_poll(0), None);
+        assert_eq!(w.after_poll(0), None);
+        assert_eq!(w.after_poll(0), Some(Duration::from_millis(5)));
+        // Data resets the count too.
+        assert_eq!(w.after_poll(4), None);
+        assert_eq!(w.after_poll(0), None);
+        assert_eq!(
+            w.stats(),
+            AdaptiveStats {
+                blocks: 2,
+                woken: 1
+            }
+        );
+    }
+
+    #[test]
+    fn adaptive_waits_out_the_quiet_period() {
+        let mut w = Adaptive::new(AdaptiveConfig {
+            quiet: Duration::from_secs(3600),
+            ..quick(1)
+        });
+        // The empty polls are reached at once, the quiet hour is not.
+        for _ in 0..1000 {
+            assert_eq!(w.after_poll(0), None);
+        }
+    }
+
+    #[test]
+    fn adaptive_thresholds_are_checked() {
+        assert_eq!(AdaptiveConfig::default().check(), Ok(()));
+        let cases = [
+            (quick(0), "adaptive_spin_polls", "at least 1"),
+            (
+                AdaptiveConfig {
+                    max_block: Duration::ZERO,
+                    ..quick(1)
+                },
+                "adaptive_max_block",
+                "allowed 1us to 1s",
+            ),
+            (
+                AdaptiveConfig {
+                    max_block: Duration::from_secs(2),
+                    ..quick(1)
+                },
+                "adaptive_max_block",
+                "stop signal",
+            ),
+            (
+                AdaptiveConfig {
+                    quiet: Duration::from_secs(61),
+                    ..quick(1)
+                },
+                "adaptive_quiet",
+                "allowed 0s to 60s",
+            ),
+        ];
+        for (cfg, key, text) in cases {
+            let (k, msg) = cfg.check().unwrap_err();
+            assert_eq!(k, key);
+            assert!(msg.contains(text), "{msg}");
+        }
+    }
+
+    #[test]
+    fn epoll_sees_a_readable_socket_and_times_out_on_a_silent_one() {
+        use std::os::fd::AsRawFd;
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let ep = Epoll::new(&[rx.as_raw_fd()]).unwrap();
+        assert!(!ep.wait(Duration::from_millis(1)).unwrap());
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        // A minute: only the datagram can end this wait within the test.
+        assert!(ep.wait(Duration::from_secs(60)).unwrap());
     }
 
     #[test]

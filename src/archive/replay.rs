@@ -127,6 +127,11 @@ impl ReplaySubscriber {
         }
     }
 
+    /// The live subscription, once the replay has merged into it.
+    pub(crate) fn live_mut(&mut self) -> Option<&mut SubscriberImpl> {
+        (self.phase == Phase::Live).then_some(&mut self.live)
+    }
+
     pub(crate) fn live_recovery_counters(&self) -> Option<crate::recovery::Counters> {
         self.live.recovery_counters()
     }

@@ -34,4 +34,5 @@ pub mod hugepages;
 pub mod leftovers;
 pub mod map;
 pub mod net;
+pub mod numa;
 pub mod process;

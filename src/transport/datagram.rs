@@ -53,6 +53,13 @@ pub trait DatagramLink: Send {
     /// many.
     fn poll<F: FnMut(Self::Peer, &[u8])>(&mut self, max: usize, f: &mut F) -> Result<usize>;
 
+    /// The descriptors to wait on for input (adaptive waiting), written to
+    /// `out`; returns how many. None: the link has no event source.
+    fn wait_fds(&self, out: &mut [std::os::fd::RawFd; 2]) -> usize {
+        let _ = out;
+        0
+    }
+
     /// Datagrams dropped by the link itself (send queue full, receive
     /// buffers exhausted), for the counters.
     fn dropped(&self) -> u64;

@@ -333,6 +333,8 @@ pub struct DatagramSubscriber<L: DatagramLink> {
     /// Per line, the source the core is bound to: where requests go.
     publisher: Vec<Option<L::Peer>>,
     pending: Pending,
+    /// The lines' sockets, for adaptive waiting; made at the first wait.
+    epoll: Option<crate::wait::Epoll>,
 }
 
 impl<L: DatagramLink> std::fmt::Debug for DatagramSubscriber<L> {
@@ -393,12 +395,40 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
                 n: 0,
                 mac: sc.key.map(|k| Mac::new(k, CONTROL_MAX)),
             },
+            epoll: None,
         })
     }
 
     /// What the subscriber has seen so far.
     pub fn counters(&self) -> Counters {
         self.core.counters()
+    }
+
+    /// Blocks until a line's socket is readable, `timeout` passes or the
+    /// recovery core has a request or a loss report due; true when a
+    /// socket is readable. At once false when the links have no event
+    /// source.
+    pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        if self.epoll.is_none() {
+            let mut fds = Vec::with_capacity(2 * self.lines.len());
+            for l in &self.lines {
+                let mut two = [0; 2];
+                let n = l.wait_fds(&mut two);
+                fds.extend_from_slice(&two[..n]);
+            }
+            if fds.is_empty() {
+                return Ok(false);
+            }
+            self.epoll = Some(
+                crate::wait::Epoll::new(&fds)
+                    .map_err(|e| Error::io("epoll_ctl", "a stream subscriber's sockets", e))?,
+            );
+        }
+        let due = self.core.next_deadline().saturating_sub(monotonic_ns());
+        let timeout = timeout.min(std::time::Duration::from_nanos(due));
+        let ep = self.epoll.as_ref().expect("made above");
+        ep.wait(timeout)
+            .map_err(|e| Error::io("epoll_wait", "a stream subscriber's sockets", e))
     }
 
     fn send_pending(&mut self) -> Result<()> {

@@ -479,6 +479,17 @@ impl DatagramLink for UdpLink {
         Ok(total)
     }
 
+    fn wait_fds(&self, out: &mut [std::os::fd::RawFd; 2]) -> usize {
+        out[0] = self.uni.as_raw_fd();
+        match &self.group_rx {
+            Some(g) => {
+                out[1] = g.as_raw_fd();
+                2
+            }
+            None => 1,
+        }
+    }
+
     fn dropped(&self) -> u64 {
         self.dropped
     }

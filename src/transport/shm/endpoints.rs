@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::broadcast::{Read, Reader, RingRef, Writer, BUSY};
+use super::doorbell::{Doorbell, Woke};
 use super::lossless::{Gate, LosslessCounters, Member};
 use super::segment::{self, Geometry, Kind, Segment};
 use super::spsc::{Consumer, PeekError, Producer};
@@ -86,6 +87,8 @@ fn open_waiting(cfg: &ShmConfig, kind: Kind, name: &str, timeout: Duration) -> R
 #[derive(Debug)]
 pub struct ShmPublisher {
     writer: Writer,
+    /// Wakes subscribers that sleep (adaptive waiting).
+    doorbell: Doorbell,
     max_message: usize,
     name: String,
     // Declared last: dropped after the writer that points into it.
@@ -121,8 +124,10 @@ impl ShmPublisher {
         // the writer (field order); we created the segment, so we are its
         // only writer.
         let writer = unsafe { Writer::new(ring, seg.producer_word(0)) };
+        let doorbell = seg.doorbell();
         Ok(ShmPublisher {
             writer,
+            doorbell,
             max_message: cfg.max_message,
             name: name.into(),
             gate: Gate::new(cfg.capacity as u64, cfg.lossless_timeout),
@@ -170,7 +175,9 @@ impl StreamSend for ShmPublisher {
         if len > self.max_message {
             return Err(self.too_large(len));
         }
-        Ok(self.writer.commit(len as u32, flags, timestamp))
+        let seq = self.writer.commit(len as u32, flags, timestamp);
+        self.doorbell.ring();
+        Ok(seq)
     }
 }
 
@@ -190,6 +197,8 @@ impl Drop for ShmPublisher {
         // Release: every message committed before it is visible to a reader
         // that acquires the flag.
         self.seg.owner_closed().store(1, Ordering::Release);
+        // Sleeping subscribers learn of the end now, not at their timeout.
+        self.doorbell.ring();
     }
 }
 
@@ -376,6 +385,21 @@ impl ShmSubscriber {
             }
         }
         Ok(())
+    }
+
+    /// Sleeps up to `timeout` on the segment's doorbell unless something is
+    /// there to read; true when woken by the publisher (or data was there).
+    /// A wake-up with nothing new (a timeout, the publisher's end) makes
+    /// the next empty poll check the publisher's liveness, which counting
+    /// empty polls would delay by thousands of sleeps.
+    pub fn wait_for_data(&mut self, timeout: Duration) -> bool {
+        let pos = self.reader.position();
+        let reader = &self.reader;
+        let woke = self.seg.doorbell().sleep(|| reader.tail() != pos, timeout);
+        if self.reader.tail() == pos {
+            self.idle = self.idle.max(CHECK_EVERY - 1);
+        }
+        woke != Woke::TimedOut
     }
 
     fn reader_at(seg: &Segment, start: u64) -> Reader {

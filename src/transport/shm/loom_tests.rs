@@ -329,3 +329,47 @@ fn spsc_delivers_in_order_and_never_reuses_an_unreleased_slot() {
         "the full ring was never reached"
     );
 }
+
+/// The doorbell loses no wake-up: a reader that announced its sleep and
+/// then found the ring empty sleeps on a bell value the writer moves
+/// afterwards (so `FUTEX_WAIT` fails at once or is woken); otherwise the
+/// writer's message was visible to the reader's look.
+#[test]
+fn the_doorbell_loses_no_wake_up() {
+    use super::doorbell::Doorbell;
+    use loom::sync::atomic::AtomicU32;
+
+    struct Words {
+        asleep: AtomicU64,
+        bell: AtomicU32,
+        tail: AtomicU64,
+    }
+    model(None, || {
+        let w = Arc::new(Words {
+            asleep: AtomicU64::new(0),
+            bell: AtomicU32::new(0),
+            tail: AtomicU64::new(1),
+        });
+        let writer = {
+            let w = Arc::clone(&w);
+            thread::spawn(move || {
+                // The writer's commit: the tail with release, then the bell.
+                w.tail.store(2, crate::sync::Ordering::Release);
+                // SAFETY: the words live in the Arc held by this thread.
+                unsafe { Doorbell::new(&w.asleep, &w.bell) }.ring();
+            })
+        };
+        // SAFETY: as above.
+        let bell = unsafe { Doorbell::new(&w.asleep, &w.bell) };
+        let seen = bell.announce();
+        let ready = w.tail.load(crate::sync::Ordering::Acquire) != 1;
+        writer.join().unwrap();
+        if !ready {
+            assert_ne!(
+                w.bell.load(crate::sync::Ordering::Acquire),
+                seen,
+                "the reader would sleep on a bell nobody rings"
+            );
+        }
+    });
+}

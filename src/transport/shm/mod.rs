@@ -7,6 +7,7 @@
 //! event or an error instead of a hang.
 
 pub mod broadcast;
+pub mod doorbell;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(not(loom))]

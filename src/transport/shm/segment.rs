@@ -10,6 +10,7 @@
 //! | 320 | peer record: pid, process start time, closed flag (sessions) |
 //! | 1024 + 512·r | control lines of ring r: producer line, consumer line |
 //! | 2048 + 64·i | lossless subscriber record i of a stream (16; see `lossless`) |
+//! | 3584, 3648 | doorbell of a stream: asleep flag, futex word (see `doorbell`) |
 //! | 4096 | slots of ring 0, then ring 1 |
 //!
 //! A creator builds the whole segment under a temporary name and renames it
@@ -27,7 +28,7 @@ use crate::sys::hugepages;
 use crate::sys::leftovers::Format;
 use crate::sys::map::{Access, Mapping};
 use crate::sys::process::Creator;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 // The liveness helpers moved to `crate::sys::process`; re-exported for the
 // endpoints that call them through this module.
@@ -55,6 +56,10 @@ const CONSUMER_LINE: usize = 128;
 const LOSSLESS: usize = 2048;
 /// Lossless subscriber records in a stream's segment.
 pub const LOSSLESS_RECORDS: usize = 16;
+/// Offsets of the doorbell of ring 0 (streams): the asleep flag and the
+/// futex word, each on its own cache line; zero in a fresh segment.
+const DOORBELL_ASLEEP: usize = 3584;
+const DOORBELL_BELL: usize = 3648;
 /// Bytes covered by the header checksum.
 const CHECKED_BYTES: usize = 72;
 /// Bytes of the sealed header: the checked fields and their checksum.
@@ -415,6 +420,15 @@ impl Segment {
             "lossless record {i} word {w}"
         );
         self.word(LOSSLESS + i * 64 + w * 8)
+    }
+
+    /// The doorbell of ring 0, with which a stream's idle subscribers sleep.
+    pub fn doorbell(&self) -> super::doorbell::Doorbell {
+        let bell = self.word(DOORBELL_BELL) as *const AtomicU64 as *const AtomicU32;
+        // SAFETY: both words lie in the header, which the segment keeps
+        // mapped; the bell is only ever accessed as this atomic u32 (the
+        // first half of an 8-aligned word, so aligned).
+        unsafe { super::doorbell::Doorbell::new(self.word(DOORBELL_ASLEEP), bell) }
     }
 
     /// First slot word of ring `r`.

@@ -14,7 +14,9 @@ use crate::error::Result;
 
 /// Anonymous memory, page-aligned, touched and (best effort) locked.
 fn pool_memory(len: usize, what: &str, device: &str) -> Result<Mapping> {
-    let mem = Mapping::anonymous(len, true).map_err(|e| {
+    // Not prefaulted: the pages are placed on the device's NUMA node by
+    // policy, then touched below.
+    let mem = Mapping::anonymous(len, false).map_err(|e| {
         errors::os(
             format!("mmap of {len} bytes for {what}"),
             device,
@@ -25,6 +27,11 @@ fn pool_memory(len: usize, what: &str, device: &str) -> Result<Mapping> {
     // Transparent huge pages where the kernel allows: fewer TLB misses and
     // fewer pages for the NIC to translate.
     mem.advise_huge();
+    crate::sys::numa::place(
+        &mem,
+        &crate::sys::affinity::Sysfs::system(),
+        crate::sys::affinity::Device::Rdma(device),
+    );
     // SAFETY: fresh anonymous memory, all zero and seen by nobody yet.
     unsafe { mem.touch_pages() };
     if let Err(e) = mem.lock() {

@@ -233,6 +233,8 @@ fn receive(
     let stall_every = if stall_ns > 0 { args.stall_every } else { 0 };
     let timeout = Duration::from_secs(args.bus.timeout);
     let mut wait = args.bus.wait;
+    let mut adaptive = (wait == mdbus::wait::WaitStrategy::Adaptive)
+        .then(|| mdbus::wait::Adaptive::new(mdbus::wait::AdaptiveConfig::default()));
     // The highest sequence number delivered or reported lost.
     let mut accounted = 0u64;
     let mut trouble: Option<String> = None;
@@ -311,7 +313,20 @@ fn receive(
             quiet_since = None;
             continue;
         }
-        wait.wait();
+        match adaptive.as_mut() {
+            Some(a) => {
+                if let Some(limit) = a.after_poll(0) {
+                    let event = subscriber.wait_for_data(limit)?;
+                    a.woke(event);
+                    if !event {
+                        // A whole block without traffic: check the
+                        // publisher and the timeout at once.
+                        idle |= (1 << 14) - 1;
+                    }
+                }
+            }
+            None => wait.wait(),
+        }
         idle += 1;
         if idle % (1 << 14) == 0 {
             let since = *quiet_since.get_or_insert_with(Instant::now);

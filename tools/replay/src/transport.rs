@@ -123,7 +123,9 @@ pub struct BusOptions {
     pub gid_index: Option<u32>,
 
     /// What waiting loops do between empty polls: busy-spin (lowest
-    /// latency, burns the core), spin-hint or yield (shares the core).
+    /// latency, burns the core), spin-hint or yield (shares the core), or
+    /// adaptive (subscribers spin, then sleep on the transport's event
+    /// source after a quiet period; default thresholds).
     #[arg(long, default_value = "busy-spin", value_name = "STRATEGY")]
     pub wait: WaitStrategy,
 

@@ -348,6 +348,42 @@ fn shm_at_a_scaled_rate_to_two_subscribers() {
     assert!(intervals.len() >= 5, "{} intervals", intervals.len());
 }
 
+/// `--wait adaptive`: subscribers sleep on the segment's doorbell between
+/// messages a few milliseconds apart and still receive every one, and the
+/// run ends.
+#[test]
+fn shm_with_adaptive_waiting_delivers_every_message() {
+    let s = Scratch::new("shm-adaptive");
+    let input = synth(&s, "day.itch", 300, 2);
+    let out = s.path("out");
+    let v = replay_json(&[
+        "run",
+        &input,
+        "--rate",
+        "4x",
+        "--max-gap",
+        "5ms",
+        "--subscribers",
+        "2",
+        "--out",
+        &out,
+        "--config",
+        &s.config,
+        "--wait",
+        "adaptive",
+        "--timeout",
+        "120",
+    ]);
+    check_contract_keys(&v);
+    assert_eq!(u(&v, "messages"), 300, "{v}");
+    assert_eq!(count(&v), 600, "{v}");
+    assert_eq!(dropped(&v), 0, "{v}");
+    for sub in v["per_subscriber"].as_array().unwrap() {
+        assert_eq!(u(sub, "received"), 300, "{sub}");
+        assert_eq!(u(sub, "last_seq"), 300, "{sub}");
+    }
+}
+
 #[test]
 fn udp_on_the_loopback_at_max_and_at_a_scaled_rate() {
     let s = Scratch::new("udp");

@@ -1,0 +1,220 @@
+//! Adaptive waiting through the public API: a subscriber that sleeps on its
+//! transport's event source is woken by the next message (shared memory:
+//! the segment's doorbell; UDP: epoll on the sockets), by the publisher's
+//! end, and every block ends within `max_block` so that a loop checking a
+//! stop flag set by SIGTERM exits.
+
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use mdbus::wait::{Adaptive, AdaptiveConfig};
+use mdbus::{Bus, Config, Event};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A shared-memory bus of its own (prefix per test) and the path of its
+/// stream `s`'s segment.
+fn shm_bus() -> (Bus, PathBuf) {
+    let prefix = format!(
+        "mdbus-adaptive-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let text = format!(
+        "transport = \"shm\"\n[shm]\nprefix = \"{prefix}\"\nhuge_pages = \"off\"\nmlock = false\n\
+         [threads]\nwait = \"adaptive\"\n"
+    );
+    let cfg = Config::from_toml_str(&text, "test.toml").unwrap();
+    let path = cfg.shm.dir.join(format!("{prefix}.stream.s"));
+    (Bus::new(cfg).unwrap(), path)
+}
+
+/// The segment's "a reader sleeps" flag (segment header, offset 3584).
+fn asleep_flag(path: &PathBuf) -> u64 {
+    let f = std::fs::File::open(path).unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, 3584).unwrap();
+    u64::from_ne_bytes(b)
+}
+
+/// Blocks only on the event source, for as long as a test can last: a
+/// wake-up that does not come shows as a hung test, not a late success.
+fn block_at_once(max_block: Duration) -> Adaptive {
+    Adaptive::new(AdaptiveConfig {
+        spin_polls: 1,
+        quiet: Duration::ZERO,
+        max_block,
+    })
+}
+
+#[test]
+fn a_sleeping_shm_subscriber_is_woken_by_the_next_message() {
+    let (bus, path) = shm_bus();
+    let mut publisher = bus.publisher("s").unwrap();
+    let mut subscriber = bus.subscriber("s").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut wait = block_at_once(Duration::from_secs(600));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            subscriber
+                .poll_wait(&mut wait, |e| {
+                    if let Event::Message(m) = e {
+                        got.push((m.seq(), m.payload().to_vec()));
+                    }
+                })
+                .unwrap();
+        }
+        (got, wait.stats())
+    });
+    for i in 0..3u8 {
+        // Publish only while the reader has announced its sleep.
+        while asleep_flag(&path) == 0 {
+            std::thread::yield_now();
+        }
+        publisher.publish(&[i; 4]).unwrap();
+    }
+    let (got, stats) = reader.join().unwrap();
+    assert_eq!(got, vec![(1, vec![0; 4]), (2, vec![1; 4]), (3, vec![2; 4])]);
+    // Every block ended with the bell (or with data already there), none
+    // with the ten-minute timeout.
+    assert!(stats.blocks >= 3, "{stats:?}");
+    assert_eq!(stats.woken, stats.blocks, "{stats:?}");
+    // The bell took the flag down.
+    assert_eq!(asleep_flag(&path), 0);
+}
+
+#[test]
+fn a_sleeping_shm_subscriber_is_woken_by_the_publishers_end() {
+    let (bus, path) = shm_bus();
+    let mut publisher = bus.publisher("s").unwrap();
+    let mut subscriber = bus.subscriber("s").unwrap();
+    publisher.publish(b"last").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut wait = block_at_once(Duration::from_secs(600));
+        let mut end = None;
+        while end.is_none() {
+            subscriber
+                .poll_wait(&mut wait, |e| {
+                    if let Event::EndOfStream { last_seq } = e {
+                        end = Some(last_seq);
+                    }
+                })
+                .unwrap();
+        }
+        (end, wait.stats())
+    });
+    while asleep_flag(&path) == 0 {
+        std::thread::yield_now();
+    }
+    drop(publisher);
+    let (end, stats) = reader.join().unwrap();
+    assert_eq!(end, Some(1));
+    assert_eq!(stats.woken, stats.blocks, "{stats:?}");
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn a_blocked_wait_lets_the_loop_see_sigterm() {
+    // The handler sets a flag, as the tools' does; the signal goes to this
+    // thread, not to the sleeping one, so only the bounded block lets the
+    // sleeper see it.
+    // SAFETY: installs an async-signal-safe handler (one atomic store).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_term as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        assert_eq!(libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut()), 0);
+    }
+    let (bus, path) = shm_bus();
+    let _publisher = bus.publisher("s").unwrap();
+    let mut subscriber = bus.subscriber("s").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut wait = block_at_once(Duration::from_millis(20));
+        let mut polls = 0u64;
+        while !STOP.load(Ordering::Relaxed) {
+            subscriber.poll_wait(&mut wait, |_| {}).unwrap();
+            polls += 1;
+        }
+        (polls, wait.stats())
+    });
+    while asleep_flag(&path) == 0 {
+        std::thread::yield_now();
+    }
+    // SAFETY: raises a signal whose handler was installed above.
+    assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+    let (polls, stats) = reader.join().unwrap();
+    assert!(polls >= 1);
+    // It slept (no message ever came, so no block ended with an event).
+    assert!(stats.blocks >= 1, "{stats:?}");
+    assert_eq!(stats.woken, 0, "{stats:?}");
+}
+
+#[test]
+fn a_waiting_udp_subscriber_is_woken_by_the_next_datagram() {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = 40_000 + (std::process::id() % 1_000) * 16 + n;
+    let group = format!("239.255.{}.{}", 1 + std::process::id() % 250, 100 + n % 100);
+    let text = format!(
+        "transport = \"udp\"\n[threads]\nwait = \"adaptive\"\n[streams.s]\n\
+         group = \"{group}:{port}\"\ninterface = \"127.0.0.1\"\nttl = 0\n"
+    );
+    let bus = Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap();
+    let mut publisher = bus.publisher("s").unwrap();
+    let mut subscriber = bus.subscriber("s").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut wait = block_at_once(Duration::from_secs(600));
+        let mut got = Vec::new();
+        while got.is_empty() {
+            subscriber
+                .poll_wait(&mut wait, |e| {
+                    if let Event::Message(m) = e {
+                        got.push(m.payload().to_vec());
+                    }
+                })
+                .unwrap();
+        }
+        (got, wait.stats())
+    });
+    publisher.publish(b"wake").unwrap();
+    let (got, stats) = reader.join().unwrap();
+    assert_eq!(got, vec![b"wake".to_vec()]);
+    // Whether it slept before the datagram came or found it readable at
+    // once, no block ended by the ten-minute timeout.
+    assert_eq!(stats.woken, stats.blocks, "{stats:?}");
+}
+
+#[test]
+fn the_adaptive_thresholds_are_checked_with_their_key() {
+    for (line, key) in [
+        ("adaptive_spin_polls = 0", "threads.adaptive_spin_polls"),
+        ("adaptive_max_block = \"2s\"", "threads.adaptive_max_block"),
+        ("adaptive_quiet = \"2m\"", "threads.adaptive_quiet"),
+    ] {
+        let text = format!("[threads]\nwait = \"adaptive\"\n{line}\n");
+        let err = Config::from_toml_str(&text, "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{err}");
+        assert!(err.starts_with("f.toml"), "{err}");
+    }
+    let ok = Config::from_toml_str(
+        "[threads]\nwait = \"adaptive\"\nadaptive_spin_polls = 5\nadaptive_quiet = \"1ms\"\nadaptive_max_block = \"10ms\"\n",
+        "f.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        ok.threads.adaptive(),
+        AdaptiveConfig {
+            spin_polls: 5,
+            quiet: Duration::from_millis(1),
+            max_block: Duration::from_millis(10),
+        }
+    );
+}
