@@ -796,12 +796,10 @@ struct Loop {
 }
 
 #[inline]
-fn idle_wait(w: WaitStrategy) {
-    match w {
-        WaitStrategy::BusySpin => {}
-        WaitStrategy::SpinHint => std::hint::spin_loop(),
-        WaitStrategy::Yield => std::thread::yield_now(),
-    }
+fn idle_wait(mut w: WaitStrategy) {
+    // The relay's input sockets have no doorbell of the bus's: "adaptive"
+    // spins with the hint here.
+    mdbus::wait::Wait::wait(&mut w);
 }
 
 /// The 6-byte ITCH timestamp (ns since midnight) of a message.
