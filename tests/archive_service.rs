@@ -1,0 +1,371 @@
+//! The replay service: a late subscriber replays through it (over the
+//! bus's own sessions, not the archive's files) and then joins the live
+//! stream, on shared memory and on UDP (whose sessions are TCP); several
+//! requesters at once; hostile requests; the per-requester rate limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use mdbus::archive::{Item, Recorder, RemoteSource, ReplayService};
+use mdbus::{Bus, Config, Event};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+const N: u64 = 30_000;
+/// Ring / retained window: far smaller than the day, so the join needs
+/// the archive.
+const CAPACITY: u64 = 1024;
+const SERVICE: &str = "rpl";
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("archive-service-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn payload(seq: u64) -> [u8; 24] {
+    let mut p = [0u8; 24];
+    p[..8].copy_from_slice(&seq.to_le_bytes());
+    p[8..16].copy_from_slice(&(seq ^ 0xa5a5).to_le_bytes());
+    p
+}
+
+fn shm_toml() -> String {
+    format!(
+        "transport = \"shm\"\n[shm]\nprefix = \"mdbus-svc-{}-{}\"\n",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn udp_toml() -> String {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = 43_000 + (std::process::id() % 1_000) * 16 + n;
+    let group = format!("239.253.{}.{}", 1 + std::process::id() % 250, 1 + n % 250);
+    format!(
+        "transport = \"udp\"\n[sessions.{SERVICE}]\naddress = \"127.0.0.1:{}\"\n\
+         [streams.md]\ngroup = \"{group}:{port}\"\ninterface = \"127.0.0.1\"\nttl = 0\n\
+         heartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
+        port + 8
+    )
+}
+
+/// A bus whose stream `md` is archived in `d` and served by a replay
+/// service (`extra`: more archive keys).
+fn bus(transport_toml: String, d: &Path, extra: &str, late_join: bool) -> Bus {
+    let mut toml = transport_toml;
+    if !toml.contains("[sessions.") {
+        toml.push_str(&format!("[sessions.{SERVICE}]\n"));
+    }
+    // Quick to stop: the service's accept waits this long at most.
+    toml = toml.replace(
+        &format!("[sessions.{SERVICE}]\n"),
+        &format!("[sessions.{SERVICE}]\nconnect_timeout = \"300ms\"\n"),
+    );
+    if !toml.contains("[streams.md]") {
+        toml.push_str("[streams.md]\n");
+    }
+    toml = toml.replace(
+        "[streams.md]\n",
+        &format!("[streams.md]\ncapacity = {CAPACITY}\nmax_message = 64\n"),
+    );
+    if late_join {
+        toml = toml.replace(
+            "[streams.md]\n",
+            "[streams.md]\nlate_join = \"archive\"\narchive_from = 1\n",
+        );
+    }
+    toml.push_str(&format!(
+        "[streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\nreplay_service = \"{SERVICE}\"\n{extra}\
+         [counters]\nenabled = false\n",
+        d.display()
+    ));
+    Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap()
+}
+
+/// What a subscriber saw.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Seen {
+    received: u64,
+    duplicates: u64,
+    out_of_order: u64,
+    gaps: Vec<(u64, u64)>,
+}
+
+/// Publishes N messages (never more than half the ring ahead of the
+/// recorder), joins a `late_join = "archive"` subscriber at 80% that
+/// replays through the service, and checks it gets the whole day once,
+/// in order, while publishing goes on.
+fn whole_day_through_the_service(transport_toml: String, name: &str) {
+    let d = dir(name);
+    let bus = bus(transport_toml, &d, "", true);
+    let mut publisher = bus.publisher("md").unwrap();
+    let recorder = Recorder::start(&bus, "md").unwrap();
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let published = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let delivered = AtomicU64::new(0);
+    let (seen, stats) = std::thread::scope(|s| {
+        s.spawn(|| {
+            for seq in 1.. {
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                // Flow control on the recorder's progress and, for the
+                // last fifth, on the late subscriber's (no sleep).
+                while !done.load(Ordering::Acquire)
+                    && (recorder.stats().last_seq + CAPACITY / 2 < seq
+                        || (seq > N * 8 / 10
+                            && delivered.load(Ordering::Acquire) + CAPACITY / 4 < seq))
+                {
+                    publisher.service().unwrap();
+                    assert!(recorder.stats().running, "{:?}", recorder.stats());
+                    std::thread::yield_now();
+                }
+                assert_eq!(publisher.publish(&payload(seq)).unwrap(), seq);
+                published.store(seq, Ordering::Release);
+            }
+            while !done.load(Ordering::Acquire) {
+                publisher.service().unwrap();
+                std::thread::yield_now();
+            }
+        });
+        while published.load(Ordering::Acquire) < N * 8 / 10 {
+            std::thread::yield_now();
+        }
+        let mut sub = bus.subscriber("md").unwrap();
+        let mut seen = Seen::default();
+        let mut next = 1;
+        let start = std::time::Instant::now();
+        while next <= N || sub.replay_stats().unwrap().merge_seq == 0 {
+            assert!(
+                start.elapsed().as_secs() < 120,
+                "watchdog: {seen:?} next {next} {:?} {:?}",
+                sub.replay_stats(),
+                service.stats()
+            );
+            sub.poll(|e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.payload(), payload(m.seq()));
+                    seen.received += 1;
+                    if m.seq() < next {
+                        seen.duplicates += 1;
+                    } else if m.seq() > next {
+                        seen.out_of_order += 1;
+                        next = m.seq() + 1;
+                    } else {
+                        next += 1;
+                    }
+                }
+                Event::Gap { from, to } | Event::Overrun { from, to } => {
+                    seen.gaps.push((from, to));
+                    next = next.max(to);
+                }
+                _ => {}
+            })
+            .unwrap();
+            delivered.store(next - 1, Ordering::Release);
+        }
+        done.store(true, Ordering::Release);
+        (seen, sub.replay_stats().unwrap())
+    });
+    assert!(seen.received >= N, "{seen:?} {stats:?}");
+    assert_eq!(
+        seen,
+        Seen {
+            received: seen.received,
+            ..Seen::default()
+        },
+        "{stats:?}"
+    );
+    // A real join, and the archived range came through the service.
+    assert!(stats.replayed >= N * 8 / 10 - CAPACITY, "{stats:?}");
+    assert!(stats.merge_seq > 1, "{stats:?}");
+    let st = service.stats();
+    assert_eq!(st.requesters, 1, "{st:?}");
+    assert!(st.requests >= 1, "{st:?}");
+    assert!(st.messages >= stats.replayed, "{st:?} {stats:?}");
+    assert_eq!(st.bytes, st.messages * 24, "{st:?}");
+    assert_eq!(
+        (st.bad_requests, st.refused, st.throttled),
+        (0, 0, 0),
+        "{st:?}"
+    );
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn shm_late_joiner_through_the_service_gets_the_whole_day_once_in_order() {
+    whole_day_through_the_service(shm_toml(), "shm");
+}
+
+#[test]
+fn udp_late_joiner_through_the_service_over_tcp_gets_the_whole_day_once_in_order() {
+    whole_day_through_the_service(udp_toml(), "udp");
+}
+
+/// Publishes `n` messages and waits until the recorder has them all.
+fn recorded(bus: &Bus, n: u64) -> Recorder {
+    let mut publisher = bus.publisher("md").unwrap();
+    let recorder = Recorder::start(bus, "md").unwrap();
+    for seq in 1..=n {
+        while recorder.stats().last_seq + CAPACITY / 2 < seq {
+            std::thread::yield_now();
+        }
+        publisher.publish(&payload(seq)).unwrap();
+    }
+    while recorder.stats().last_seq < n {
+        std::thread::yield_now();
+    }
+    recorder
+}
+
+/// Reads `1..=n` from a remote source, checking order and payloads;
+/// returns how many messages it got.
+fn read_all(src: &mut RemoteSource, n: u64) -> u64 {
+    let start = std::time::Instant::now();
+    let mut got = 0;
+    while src.position() <= n {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "watchdog at {}",
+            src.position()
+        );
+        let at = src.position();
+        match src.next_item().unwrap() {
+            Some(Item::Message(m)) => {
+                assert_eq!(m.seq(), at, "in order, once");
+                assert_eq!(m.payload(), payload(m.seq()));
+                got += 1;
+            }
+            Some(Item::Gap { from, to }) => panic!("gap {from}..{to}"),
+            None => std::thread::yield_now(),
+        }
+    }
+    got
+}
+
+/// The first error a hostile request's session gets.
+fn hostile(bus: &Bus, request: &[u8]) -> String {
+    let mut s = bus.session_connect(SERVICE).unwrap();
+    s.send(request).unwrap();
+    let mut reply = Vec::new();
+    let start = std::time::Instant::now();
+    while reply.is_empty() {
+        assert!(start.elapsed().as_secs() < 60, "watchdog: no reply");
+        s.poll(|m| reply = m.payload().to_vec()).unwrap();
+    }
+    assert_eq!(reply[0], 3, "an error message: {reply:?}");
+    String::from_utf8(reply[8..].to_vec()).unwrap()
+}
+
+fn wait_active(service: &ReplayService, n: u64) {
+    let start = std::time::Instant::now();
+    while service.stats().active != n {
+        assert!(start.elapsed().as_secs() < 60, "{:?}", service.stats());
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn two_requesters_at_once_hostile_requests_and_the_requester_limit() {
+    let d = dir("many");
+    let bus = bus(shm_toml(), &d, "replay_max_requesters = 2\n", false);
+    let recorder = recorded(&bus, 6000);
+    let service = ReplayService::start(&bus, "md").unwrap();
+
+    // Hostile requests: each gets an error naming why, and is dropped.
+    let e = hostile(&bus, b"short");
+    assert!(e.contains("a request is 16 bytes, this one 5 bytes"), "{e}");
+    wait_active(&service, 0);
+    let mut unknown = [0u8; 16];
+    unknown[0] = 9;
+    unknown[1] = 1;
+    unknown[4] = 1;
+    unknown[8] = 1;
+    let e = hostile(&bus, &unknown);
+    assert!(e.contains("unknown request kind 9 version 1"), "{e}");
+    wait_active(&service, 0);
+    let mut zero = unknown;
+    zero[0] = 1;
+    zero[8] = 0;
+    let e = hostile(&bus, &zero);
+    assert!(e.contains("this request has 0"), "{e}");
+    wait_active(&service, 0);
+
+    // Two at once: more than a session holds in flight (capacity 4096),
+    // so neither can be sent in full before the other starts.
+    let mut a = RemoteSource::connect(&bus, SERVICE).unwrap();
+    a.seek(1).unwrap();
+    let mut b = RemoteSource::connect(&bus, SERVICE).unwrap();
+    b.seek(1).unwrap();
+    wait_active(&service, 2);
+    // A third is refused while they are served.
+    let e = hostile(&bus, &zero);
+    assert!(e.contains("is busy: 2 requesters are being served"), "{e}");
+    // A hostile one in the middle did not disturb them.
+    let (got_a, got_b) = std::thread::scope(|s| {
+        let ta = s.spawn(|| read_all(&mut a, 6000));
+        (ta.join().unwrap(), read_all(&mut b, 6000))
+    });
+    assert_eq!((got_a, got_b), (6000, 6000));
+    // A requester may seek back: a new request replaces the old.
+    a.seek(5990).unwrap();
+    assert_eq!(read_all(&mut a, 6000), 11);
+    drop((a, b));
+    wait_active(&service, 0);
+    let st = service.stats();
+    assert_eq!(st.requesters, 5, "{st:?}");
+    assert_eq!(st.requests, 3, "{st:?}");
+    assert_eq!(st.bad_requests, 3, "{st:?}");
+    assert_eq!(st.refused, 1, "{st:?}");
+    assert_eq!(st.throttled, 0, "{st:?}");
+    assert!(st.messages >= 12_011, "{st:?}");
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn the_rate_limit_holds_each_requester_back() {
+    let d = dir("rate");
+    // 2000 a second, a bucket of 100: 1000 messages wait at least 9 times.
+    let bus = bus(shm_toml(), &d, "replay_rate_limit = 2000\n", false);
+    let recorder = recorded(&bus, 1000);
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let mut a = RemoteSource::connect(&bus, SERVICE).unwrap();
+    a.seek(1).unwrap();
+    assert_eq!(read_all(&mut a, 1000), 1000);
+    let st = service.stats();
+    assert!(st.throttled >= 9, "{st:?}");
+    assert_eq!(st.messages, 1000, "{st:?}");
+    drop(a);
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn replay_service_keys_are_checked() {
+    let err = |extra: &str| {
+        let toml = format!("transport = \"shm\"\n[streams.md.archive]\ndir = \"/tmp/x\"\n{extra}");
+        Config::from_toml_str(&toml, "<test>")
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("replay_service = \"no spaces\"\n");
+    assert!(e.contains("streams.md.archive.replay_service"), "{e}");
+    let e = err("replay_max_requesters = 0\n");
+    assert!(
+        e.contains("streams.md.archive.replay_max_requesters"),
+        "{e}"
+    );
+    assert!(e.contains("allowed 1 to 1024"), "{e}");
+    // A subscriber replaying through a service needs no directory.
+    let toml = "transport = \"shm\"\n[streams.md]\nlate_join = \"archive\"\n\
+                [streams.md.archive]\nreplay_service = \"rpl\"\n";
+    Config::from_toml_str(toml, "<test>").unwrap();
+}
