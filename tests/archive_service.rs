@@ -4,43 +4,25 @@
 //! requesters at once; hostile requests; the per-requester rate limit.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use mdbus::archive::{Item, Recorder, RemoteSource, ReplayService};
-use mdbus::{Bus, Config, Event};
+use mdbus::{Bus, Config};
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
+mod archive_support;
+use archive_support::{check, late_join_day, payload, CAPACITY};
 
-const N: u64 = 30_000;
-/// Ring / retained window: far smaller than the day, so the join needs
-/// the archive.
-const CAPACITY: u64 = 1024;
 const SERVICE: &str = "rpl";
 
 fn dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("archive-service-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn payload(seq: u64) -> [u8; 24] {
-    let mut p = [0u8; 24];
-    p[..8].copy_from_slice(&seq.to_le_bytes());
-    p[8..16].copy_from_slice(&(seq ^ 0xa5a5).to_le_bytes());
-    p
+    archive_support::dir("archive-service", name)
 }
 
 fn shm_toml() -> String {
-    format!(
-        "transport = \"shm\"\n[shm]\nprefix = \"mdbus-svc-{}-{}\"\n",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    archive_support::shm_toml("svc")
 }
 
 fn udp_toml() -> String {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let n = archive_support::unique();
     let port = 43_000 + (std::process::id() % 1_000) * 16 + n;
     let group = format!("239.253.{}.{}", 1 + std::process::id() % 250, 1 + n % 250);
     format!(
@@ -84,15 +66,6 @@ fn bus(transport_toml: String, d: &Path, extra: &str, late_join: bool) -> Bus {
     Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap()
 }
 
-/// What a subscriber saw.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Seen {
-    received: u64,
-    duplicates: u64,
-    out_of_order: u64,
-    gaps: Vec<(u64, u64)>,
-}
-
 /// Publishes N messages (never more than half the ring ahead of the
 /// recorder), joins a `late_join = "archive"` subscriber at 80% that
 /// replays through the service, and checks it gets the whole day once,
@@ -103,85 +76,14 @@ fn whole_day_through_the_service(transport_toml: String, name: &str) {
     let mut publisher = bus.publisher("md").unwrap();
     let recorder = Recorder::start(&bus, "md").unwrap();
     let service = ReplayService::start(&bus, "md").unwrap();
-    let published = AtomicU64::new(0);
-    let done = AtomicBool::new(false);
-    let delivered = AtomicU64::new(0);
-    let (seen, stats) = std::thread::scope(|s| {
-        s.spawn(|| {
-            for seq in 1.. {
-                if done.load(Ordering::Acquire) {
-                    break;
-                }
-                // Flow control on the recorder's progress and, for the
-                // last fifth, on the late subscriber's (no sleep).
-                while !done.load(Ordering::Acquire)
-                    && (recorder.stats().last_seq + CAPACITY / 2 < seq
-                        || (seq > N * 8 / 10
-                            && delivered.load(Ordering::Acquire) + CAPACITY / 4 < seq))
-                {
-                    publisher.service().unwrap();
-                    assert!(recorder.stats().running, "{:?}", recorder.stats());
-                    std::thread::yield_now();
-                }
-                assert_eq!(publisher.publish(&payload(seq)).unwrap(), seq);
-                published.store(seq, Ordering::Release);
-            }
-            while !done.load(Ordering::Acquire) {
-                publisher.service().unwrap();
-                std::thread::yield_now();
-            }
-        });
-        while published.load(Ordering::Acquire) < N * 8 / 10 {
-            std::thread::yield_now();
-        }
-        let mut sub = bus.subscriber("md").unwrap();
-        let mut seen = Seen::default();
-        let mut next = 1;
-        let start = std::time::Instant::now();
-        while next <= N || sub.replay_stats().unwrap().merge_seq == 0 {
-            assert!(
-                start.elapsed().as_secs() < 120,
-                "watchdog: {seen:?} next {next} {:?} {:?}",
-                sub.replay_stats(),
-                service.stats()
-            );
-            sub.poll(|e| match e {
-                Event::Message(m) => {
-                    assert_eq!(m.payload(), payload(m.seq()));
-                    seen.received += 1;
-                    if m.seq() < next {
-                        seen.duplicates += 1;
-                    } else if m.seq() > next {
-                        seen.out_of_order += 1;
-                        next = m.seq() + 1;
-                    } else {
-                        next += 1;
-                    }
-                }
-                Event::Gap { from, to } | Event::Overrun { from, to } => {
-                    seen.gaps.push((from, to));
-                    next = next.max(to);
-                }
-                _ => {}
-            })
-            .unwrap();
-            delivered.store(next - 1, Ordering::Release);
-        }
-        done.store(true, Ordering::Release);
-        (seen, sub.replay_stats().unwrap())
-    });
-    assert!(seen.received >= N, "{seen:?} {stats:?}");
-    assert_eq!(
-        seen,
-        Seen {
-            received: seen.received,
-            ..Seen::default()
-        },
-        "{stats:?}"
+    let (seen, stats) = late_join_day(
+        &mut publisher,
+        &recorder,
+        || bus.subscriber("md").unwrap(),
+        || format!("{:?}", service.stats()),
     );
-    // A real join, and the archived range came through the service.
-    assert!(stats.replayed >= N * 8 / 10 - CAPACITY, "{stats:?}");
-    assert!(stats.merge_seq > 1, "{stats:?}");
+    check(seen, stats);
+    // The archived range came through the service.
     let st = service.stats();
     assert_eq!(st.requesters, 1, "{st:?}");
     assert!(st.requests >= 1, "{st:?}");
