@@ -69,7 +69,7 @@ fn whole_day_on(
     };
     let bus = bus.as_ref().unwrap_or(&pub_bus);
     let recorder = Recorder::start(bus, "md").unwrap();
-    let (seen, stats) = late_join_day(
+    let (seen, stats, _) = late_join_day(
         &mut publisher,
         &recorder,
         || {

@@ -76,13 +76,16 @@ fn whole_day_through_the_service(transport_toml: String, name: &str) {
     let mut publisher = bus.publisher("md").unwrap();
     let recorder = Recorder::start(&bus, "md").unwrap();
     let service = ReplayService::start(&bus, "md").unwrap();
-    let (seen, stats) = late_join_day(
+    let (seen, stats, sub) = late_join_day(
         &mut publisher,
         &recorder,
         || bus.subscriber("md").unwrap(),
         || format!("{:?}", service.stats()),
     );
     check(seen, stats);
+    // On the live stream, the subscriber left the service.
+    wait_active(&service, 0);
+    drop(sub);
     // The archived range came through the service.
     let st = service.stats();
     assert_eq!(st.requesters, 1, "{st:?}");
@@ -270,4 +273,48 @@ fn replay_service_keys_are_checked() {
     let toml = "transport = \"shm\"\n[streams.md]\nlate_join = \"archive\"\n\
                 [streams.md.archive]\nreplay_service = \"rpl\"\n";
     Config::from_toml_str(toml, "<test>").unwrap();
+}
+
+/// The figure of docs/ARCHIVE.md: replay throughput of the same archive
+/// read by the local reader and through the service, in one run.
+/// `MDBUS_FIGURE_MESSAGES=1000000 cargo test --release -p mdbus --test
+/// archive_service -- --ignored --nocapture replay_throughput`
+#[test]
+#[ignore = "a measurement for docs/ARCHIVE.md, not a check"]
+fn replay_throughput_local_reader_vs_service() {
+    let n: u64 = std::env::var("MDBUS_FIGURE_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let d = dir("figure");
+    let bus = bus(shm_toml(), &d, "", false);
+    let recorder = recorded(&bus, n);
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let t = std::time::Instant::now();
+    let mut local = mdbus::archive::ArchiveReader::open(&d).unwrap();
+    let mut got = 0u64;
+    while let Some(item) = local.next_item().unwrap() {
+        if let Item::Message(m) = item {
+            assert_eq!(m.seq(), got + 1);
+            assert_eq!(m.payload(), payload(m.seq()));
+            got += 1;
+        }
+    }
+    let local_s = t.elapsed().as_secs_f64();
+    assert_eq!(got, n);
+    let t = std::time::Instant::now();
+    let mut remote = RemoteSource::connect(&bus, SERVICE).unwrap();
+    remote.seek(1).unwrap();
+    assert_eq!(read_all(&mut remote, n), n);
+    let remote_s = t.elapsed().as_secs_f64();
+    println!(
+        "replay of {n} 24-byte messages: local reader {:.2} M msg/s ({local_s:.3} s), \
+         through the service over shm sessions {:.2} M msg/s ({remote_s:.3} s)",
+        n as f64 / local_s / 1e6,
+        n as f64 / remote_s / 1e6
+    );
+    drop(remote);
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
 }

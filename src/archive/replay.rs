@@ -328,6 +328,9 @@ impl ReplaySubscriber {
             self.pending = pending;
             self.phase = Phase::Replay;
         } else if live {
+            if self.phase != Phase::Live {
+                self.reader.pause();
+            }
             self.phase = Phase::Live;
             if self.stats.merge_seq == 0 {
                 self.stats.merge_seq = first;

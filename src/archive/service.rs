@@ -457,7 +457,9 @@ impl Worker {
 /// The requester's end: the archive as a replay service sends it.
 #[derive(Debug)]
 pub struct RemoteSource {
-    session: Session,
+    bus: Bus,
+    /// None while paused (the subscriber is on the live stream).
+    session: Option<Session>,
     service: String,
     /// The request being answered; older answers are dropped.
     id: u32,
@@ -477,6 +479,20 @@ impl RemoteSource {
     /// while it is between two requesters, up to the session's
     /// `connect_timeout`.
     pub fn connect(bus: &Bus, service: &str) -> crate::Result<RemoteSource> {
+        Ok(RemoteSource {
+            bus: bus.clone(),
+            session: Some(Self::session(bus, service)?),
+            service: service.into(),
+            id: 0,
+            want: 1,
+            queue: VecDeque::new(),
+            free: Vec::new(),
+            cur: Vec::new(),
+            stats: ReaderStats::default(),
+        })
+    }
+
+    fn session(bus: &Bus, service: &str) -> crate::Result<Session> {
         let timeout = bus.config().session(service).connect_timeout;
         let deadline = Instant::now() + timeout;
         let session = loop {
@@ -491,16 +507,20 @@ impl RemoteSource {
                 Err(e) => return Err(e),
             }
         };
-        Ok(RemoteSource {
-            session,
-            service: service.into(),
-            id: 0,
-            want: 1,
-            queue: VecDeque::new(),
-            free: Vec::new(),
-            cur: Vec::new(),
-            stats: ReaderStats::default(),
-        })
+        Ok(session)
+    }
+
+    /// Ends the session, freeing the service's requester slot; the next
+    /// `seek` connects again.
+    pub fn pause(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.close();
+        }
+        // No position: whoever resumes must seek.
+        self.want = 0;
+        while let Some(b) = self.queue.pop_front() {
+            self.free.push(b);
+        }
     }
 
     /// Counters (records and gaps received).
@@ -508,7 +528,7 @@ impl RemoteSource {
         self.stats
     }
 
-    /// Sequence the next item starts at.
+    /// Sequence the next item starts at; 0 while paused.
     pub fn position(&self) -> u64 {
         self.want
     }
@@ -533,9 +553,13 @@ impl RemoteSource {
         while let Some(b) = self.queue.pop_front() {
             self.free.push(b);
         }
-        self.session
-            .send(&m)
-            .map_err(|e| self.remote(e.to_string()))?;
+        if self.session.is_none() {
+            let s =
+                Self::session(&self.bus, &self.service).map_err(|e| self.remote(e.to_string()))?;
+            self.session = Some(s);
+        }
+        let sent = self.session.as_mut().expect("connected above").send(&m);
+        sent.map_err(|e| self.remote(e.to_string()))?;
         Ok(())
     }
 
@@ -544,7 +568,10 @@ impl RemoteSource {
         loop {
             if self.queue.is_empty() {
                 let (queue, free) = (&mut self.queue, &mut self.free);
-                let got = self.session.poll(|m: Message<'_>| {
+                let Some(session) = self.session.as_mut() else {
+                    return Ok(None);
+                };
+                let got = session.poll(|m: Message<'_>| {
                     let mut b = free.pop().unwrap_or_default();
                     b.clear();
                     b.extend_from_slice(m.payload);
@@ -642,6 +669,14 @@ impl ReplaySource {
         match self {
             ReplaySource::Local(r) => r.position(),
             ReplaySource::Remote(r) => r.position(),
+        }
+    }
+
+    /// The replay has joined the live stream: a remote source frees its
+    /// service until it is needed again (a `seek`).
+    pub fn pause(&mut self) {
+        if let ReplaySource::Remote(r) = self {
+            r.pause();
         }
     }
 

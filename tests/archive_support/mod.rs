@@ -58,13 +58,14 @@ pub struct Seen {
 /// Publishes N messages (never more than half the ring ahead of the
 /// recorder, so the archive is whole), joins the subscriber `subscribe`
 /// makes at 80% and checks what it receives while publishing goes on;
-/// `watch` describes the state for the watchdog's message.
+/// `watch` describes the state for the watchdog's message. Returns the
+/// subscriber too, on the live stream.
 pub fn late_join_day(
     publisher: &mut Publisher,
     recorder: &Recorder,
     subscribe: impl FnOnce() -> Subscriber,
     watch: impl Fn() -> String,
-) -> (Seen, ReplayStats) {
+) -> (Seen, ReplayStats, Subscriber) {
     let published = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let delivered = AtomicU64::new(0);
@@ -138,7 +139,8 @@ pub fn late_join_day(
             delivered.store(next - 1, Ordering::Release);
         }
         done.store(true, Ordering::Release);
-        (seen, sub.replay_stats().unwrap())
+        let stats = sub.replay_stats().unwrap();
+        (seen, stats, sub)
     })
 }
 
