@@ -277,8 +277,9 @@ fn replay_service_keys_are_checked() {
 
 /// The figure of docs/ARCHIVE.md: replay throughput of the same archive
 /// read by the local reader and through the service, in one run.
-/// `MDBUS_FIGURE_MESSAGES=1000000 cargo test --release -p mdbus --test
-/// archive_service -- --ignored --nocapture replay_throughput`
+/// `MDBUS_FIGURE_MESSAGES=1000000 [MDBUS_FIGURE_TRANSPORT=udp] cargo test
+/// --release -p mdbus --test archive_service -- --ignored --nocapture
+/// replay_throughput`
 #[test]
 #[ignore = "a measurement for docs/ARCHIVE.md, not a check"]
 fn replay_throughput_local_reader_vs_service() {
@@ -286,8 +287,9 @@ fn replay_throughput_local_reader_vs_service() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    let udp = std::env::var("MDBUS_FIGURE_TRANSPORT").as_deref() == Ok("udp");
     let d = dir("figure");
-    let bus = bus(shm_toml(), &d, "", false);
+    let bus = bus(if udp { udp_toml() } else { shm_toml() }, &d, "", false);
     let recorder = recorded(&bus, n);
     let service = ReplayService::start(&bus, "md").unwrap();
     let t = std::time::Instant::now();
@@ -309,8 +311,9 @@ fn replay_throughput_local_reader_vs_service() {
     let remote_s = t.elapsed().as_secs_f64();
     println!(
         "replay of {n} 24-byte messages: local reader {:.2} M msg/s ({local_s:.3} s), \
-         through the service over shm sessions {:.2} M msg/s ({remote_s:.3} s)",
+         through the service over {} sessions {:.2} M msg/s ({remote_s:.3} s)",
         n as f64 / local_s / 1e6,
+        if udp { "tcp" } else { "shm" },
         n as f64 / remote_s / 1e6
     );
     drop(remote);
