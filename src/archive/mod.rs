@@ -33,7 +33,7 @@ pub use format::{FLAG_GAP, INDEX_EVERY, MAGIC};
 pub use reader::{read_all, ArchiveReader, Item, ReaderStats};
 pub use recorder::{Recorder, RecorderStats};
 pub use replay::{subscribe_from, ReplayStats, ReplaySubscriber};
-pub use service::{RemoteSource, ReplayService, ReplaySource, ServiceStats, RECORD_HEADER};
+pub use service::{RemoteSource, ReplayService, ReplaySource, ServiceStats, REPLAY_OVERHEAD};
 pub use writer::{ArchiveWriter, WriterStats};
 
 /// When the writer makes what it wrote durable (`fdatasync`).

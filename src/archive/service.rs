@@ -13,10 +13,13 @@
 //! - request, requester to service: `[1, 1, 0, 0, id: u32, from: u64]`
 //!   (16 bytes): everything from sequence `from`, tagged `id`; a new
 //!   request replaces the previous one.
-//! - record: `[1, 0, 0, 0, id: u32, seq: u64, flags: u32, 0: u32,
-//!   timestamp: u64, payload...]` (32-byte header).
-//! - gap: `[2, 0, 0, 0, id: u32, from: u64, to: u64]`: `from..to` is not
-//!   in the archive.
+//! - items: `[1, 0, 0, 0, id: u32]` then as many entries as fit the
+//!   session's `max_message`, each a 32-byte header `[kind: u8, 0, 0, 0,
+//!   len: u32, a: u64, b: u64, flags: u32, 0: u32]` and `len` payload
+//!   bytes: kind 1 a record (`a` its sequence, `b` its timestamp), kind 2
+//!   a gap (`a..b` is not in the archive, `len` 0). Packing many records
+//!   in one message makes a session that sends each message at once
+//!   (tcp) carry a replay at full speed.
 //! - error: `[3, 0, 0, 0, id: u32, reason: UTF-8]`; the service then
 //!   closes the session.
 
@@ -34,12 +37,17 @@ use crate::{Bus, Error, Session};
 const KIND_REQUEST: u8 = 1;
 const VERSION: u8 = 1;
 const REQUEST_LEN: usize = 16;
-const KIND_RECORD: u8 = 1;
-const KIND_GAP: u8 = 2;
+const KIND_ITEMS: u8 = 1;
 const KIND_ERROR: u8 = 3;
-/// Bytes of a record message before the payload.
-pub const RECORD_HEADER: usize = 32;
-const GAP_LEN: usize = 24;
+const ENTRY_RECORD: u8 = 1;
+const ENTRY_GAP: u8 = 2;
+/// Bytes of an items message before its entries.
+const ITEMS_HEADER: usize = 8;
+/// Bytes of an entry before its payload.
+const ENTRY_HEADER: usize = 32;
+/// What a replay service adds to a record: the session's `max_message`
+/// must be at least the stream's plus this.
+pub const REPLAY_OVERHEAD: usize = ITEMS_HEADER + ENTRY_HEADER;
 
 /// Idle wait of a requester's thread when the archive has nothing new or
 /// the requester has no room (a service thread, off every hot path).
@@ -90,6 +98,9 @@ struct Shared {
 #[derive(Debug, Clone)]
 struct Settings {
     dir: PathBuf,
+    /// The stream's `max_message`: an entry of this size must fit before
+    /// another item is read into a message.
+    stream_max: usize,
     session: String,
     rate: u64,
     max_requesters: usize,
@@ -131,6 +142,7 @@ impl ReplayService {
         }
         let settings = Settings {
             dir: a.dir.clone(),
+            stream_max: bus.config().stream(name).max_message,
             session: a.replay_service.clone(),
             rate: a.replay_rate_limit,
             max_requesters: a.replay_max_requesters,
@@ -380,78 +392,109 @@ impl Worker {
                 continue;
             }
             // A burst, then back to the requester's messages.
-            for _ in 0..256 {
-                if !self.bucket.take() {
-                    self.shared.throttled.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(self.bucket.wait().min(Duration::from_millis(10)));
-                    break;
-                }
-                if !self.send_one(session, max)? {
-                    // Nothing new, or no room: the token is given back.
-                    self.bucket.tokens += 1.0;
-                    std::thread::sleep(IDLE);
-                    break;
+            for _ in 0..64 {
+                match self.send_items(session, max)? {
+                    Sent::Full => {}
+                    Sent::Throttled => {
+                        self.shared.throttled.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(self.bucket.wait().min(Duration::from_millis(10)));
+                        break;
+                    }
+                    Sent::Idle => {
+                        std::thread::sleep(IDLE);
+                        break;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Sends the next item; false when the archive has nothing new or the
-    /// requester has no room now.
-    fn send_one(&mut self, session: &mut Session, max: usize) -> crate::Result<bool> {
+    /// Sends one message of as many items as fit, the rate limit allows
+    /// and the archive has now.
+    fn send_items(&mut self, session: &mut Session, max: usize) -> crate::Result<Sent> {
         let Some(mut c) = session.try_claim(max)? else {
-            return Ok(false);
+            return Ok(Sent::Idle);
         };
         let reader = self.reader.as_mut().expect("a request opened it");
-        let item = reader.next_item()?;
-        let id = self.id.to_le_bytes();
-        match item {
-            None => Ok(false),
-            Some(Item::Message(m)) => {
-                let len = RECORD_HEADER + m.payload.len();
-                if len > max {
-                    let reason = format!(
-                        "replay service `{}`: sequence {} has {} bytes, more than the session's max_message {max} less a {RECORD_HEADER}-byte header",
-                        self.s.session,
-                        m.seq,
-                        m.payload.len()
-                    );
-                    send_error(session, self.id, &reason)?;
-                    return Err(Error::MessageTooLarge {
-                        len,
-                        max,
-                        channel: format!("session `{}`", self.s.session),
-                    });
-                }
-                c[0] = KIND_RECORD;
-                c[1..4].fill(0);
-                c[4..8].copy_from_slice(&id);
-                c[8..16].copy_from_slice(&m.seq.to_le_bytes());
-                c[16..20].copy_from_slice(&m.flags.to_le_bytes());
-                c[20..24].fill(0);
-                c[24..32].copy_from_slice(&m.timestamp.to_le_bytes());
-                c[RECORD_HEADER..len].copy_from_slice(m.payload);
-                let bytes = m.payload.len() as u64;
-                c.truncate(len);
-                c.commit()?;
-                self.shared.messages.fetch_add(1, Ordering::Relaxed);
-                self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
-                Ok(true)
+        c[..4].copy_from_slice(&[KIND_ITEMS, 0, 0, 0]);
+        c[4..8].copy_from_slice(&self.id.to_le_bytes());
+        let mut at = ITEMS_HEADER;
+        let (mut records, mut bytes, mut gaps) = (0u64, 0u64, 0u64);
+        let mut how = Sent::Full;
+        while at + ENTRY_HEADER + self.s.stream_max <= max {
+            if !self.bucket.take() {
+                how = Sent::Throttled;
+                break;
             }
-            Some(Item::Gap { from, to }) => {
-                c[0] = KIND_GAP;
-                c[1..4].fill(0);
-                c[4..8].copy_from_slice(&id);
-                c[8..16].copy_from_slice(&from.to_le_bytes());
-                c[16..24].copy_from_slice(&to.to_le_bytes());
-                c.truncate(GAP_LEN);
-                c.commit()?;
-                self.shared.gaps.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
+            let (kind, a, b, flags, payload) = match reader.next_item()? {
+                None => {
+                    // The token is given back.
+                    self.bucket.tokens += 1.0;
+                    how = Sent::Idle;
+                    break;
+                }
+                Some(Item::Message(m)) => (ENTRY_RECORD, m.seq, m.timestamp, m.flags, m.payload),
+                Some(Item::Gap { from, to }) => (ENTRY_GAP, from, to, 0, &[][..]),
+            };
+            let end = at + ENTRY_HEADER + payload.len();
+            if end > max {
+                // Larger than the stream's max_message allows (written
+                // under another configuration).
+                if at > ITEMS_HEADER {
+                    self.bucket.tokens += 1.0;
+                    reader.seek(a)?;
+                    break;
+                }
+                let reason = format!(
+                    "replay service `{}`: sequence {a} has {} bytes, more than the session's max_message {max} less {REPLAY_OVERHEAD}",
+                    self.s.session,
+                    payload.len()
+                );
+                send_error(session, self.id, &reason)?;
+                return Err(Error::MessageTooLarge {
+                    len: payload.len() + REPLAY_OVERHEAD,
+                    max,
+                    channel: format!("session `{}`", self.s.session),
+                });
+            }
+            let e = &mut c[at..end];
+            e[..4].copy_from_slice(&[kind, 0, 0, 0]);
+            e[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+            e[8..16].copy_from_slice(&a.to_le_bytes());
+            e[16..24].copy_from_slice(&b.to_le_bytes());
+            e[24..28].copy_from_slice(&flags.to_le_bytes());
+            e[28..32].fill(0);
+            e[ENTRY_HEADER..].copy_from_slice(payload);
+            at = end;
+            if kind == ENTRY_RECORD {
+                records += 1;
+                bytes += payload.len() as u64;
+            } else {
+                gaps += 1;
             }
         }
+        if at == ITEMS_HEADER {
+            // Nothing to send: the claim is left uncommitted.
+            return Ok(how);
+        }
+        c.truncate(at);
+        c.commit()?;
+        self.shared.messages.fetch_add(records, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.shared.gaps.fetch_add(gaps, Ordering::Relaxed);
+        Ok(how)
     }
+}
+
+/// How a message of items ended.
+enum Sent {
+    /// Full: more may follow at once.
+    Full,
+    /// The rate limit ran out.
+    Throttled,
+    /// The archive has nothing more now, or the requester no room.
+    Idle,
 }
 
 /// The requester's end: the archive as a replay service sends it.
@@ -471,6 +514,8 @@ pub struct RemoteSource {
     free: Vec<Vec<u8>>,
     /// The message the last item borrows.
     cur: Vec<u8>,
+    /// Where the next entry of `cur` starts.
+    at: usize,
     stats: ReaderStats,
 }
 
@@ -488,6 +533,7 @@ impl RemoteSource {
             queue: VecDeque::new(),
             free: Vec::new(),
             cur: Vec::new(),
+            at: 0,
             stats: ReaderStats::default(),
         })
     }
@@ -516,6 +562,7 @@ impl RemoteSource {
         if let Some(s) = self.session.take() {
             s.close();
         }
+        self.at = self.cur.len();
         // No position: whoever resumes must seek.
         self.want = 0;
         while let Some(b) = self.queue.pop_front() {
@@ -553,6 +600,7 @@ impl RemoteSource {
         while let Some(b) = self.queue.pop_front() {
             self.free.push(b);
         }
+        self.at = self.cur.len();
         if self.session.is_none() {
             let s =
                 Self::session(&self.bus, &self.service).map_err(|e| self.remote(e.to_string()))?;
@@ -566,6 +614,9 @@ impl RemoteSource {
     /// The next item received, or None when none has arrived yet.
     pub fn next_item(&mut self) -> Result<Option<Item<'_>>, ArchiveError> {
         loop {
+            if self.at < self.cur.len() {
+                return self.entry();
+            }
             if self.queue.is_empty() {
                 let (queue, free) = (&mut self.queue, &mut self.free);
                 let Some(session) = self.session.as_mut() else {
@@ -587,53 +638,78 @@ impl RemoteSource {
             let old = std::mem::replace(&mut self.cur, b);
             self.free.push(old);
             let b = &self.cur;
-            if b.len() < 8 {
+            if b.len() < ITEMS_HEADER {
                 return Err(self.remote(format!("a {}-byte message: too short", b.len())));
             }
             let id = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-            let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
             match b[0] {
                 KIND_ERROR => {
                     let text = String::from_utf8_lossy(&b[8..]).into_owned();
                     return Err(self.remote(text));
                 }
-                _ if id != self.id => continue,
-                KIND_RECORD if b.len() >= RECORD_HEADER => {
-                    let seq = u64_at(8);
-                    if seq < self.want {
-                        return Err(self.remote(format!(
-                            "sequence {seq} sent when {} was next: records go forward",
-                            self.want
-                        )));
-                    }
-                    self.want = seq + 1;
-                    self.stats.records += 1;
-                    let b = &self.cur;
-                    return Ok(Some(Item::Message(Message {
-                        seq,
-                        flags: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
-                        timestamp: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
-                        payload: &b[RECORD_HEADER..],
-                    })));
-                }
-                KIND_GAP if b.len() == GAP_LEN => {
-                    let (from, to) = (u64_at(8), u64_at(16));
-                    if from != self.want || to <= from {
-                        return Err(
-                            self.remote(format!("a gap {from}..{to} when {} was next", self.want))
-                        );
-                    }
-                    self.want = to;
-                    self.stats.gaps += 1;
-                    return Ok(Some(Item::Gap { from, to }));
-                }
+                // An answer to an earlier request: dropped.
+                KIND_ITEMS if id != self.id => self.at = self.cur.len(),
+                KIND_ITEMS => self.at = ITEMS_HEADER,
                 k => {
                     return Err(self.remote(format!(
-                        "a {}-byte message of kind {k}: not a record, gap or error",
+                        "a {}-byte message of kind {k}: not items or an error",
                         b.len()
                     )))
                 }
             }
+        }
+    }
+
+    /// The entry of `cur` at `at`, checked.
+    fn entry(&mut self) -> Result<Option<Item<'_>>, ArchiveError> {
+        let b = &self.cur;
+        let at = self.at;
+        let Some(h) = b.get(at..at + ENTRY_HEADER) else {
+            return Err(self.remote(format!(
+                "an entry at byte {at} of a {}-byte message is cut short",
+                b.len()
+            )));
+        };
+        let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
+        let (kind, a, bb) = (h[0], u64_at(8), u64_at(16));
+        let flags = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes"));
+        let end = at + ENTRY_HEADER + len;
+        if end > b.len() {
+            return Err(self.remote(format!(
+                "an entry of {len} bytes at byte {at} of a {}-byte message",
+                b.len()
+            )));
+        }
+        match kind {
+            ENTRY_RECORD => {
+                if a < self.want {
+                    return Err(self.remote(format!(
+                        "sequence {a} sent when {} was next: records go forward",
+                        self.want
+                    )));
+                }
+                self.want = a + 1;
+                self.at = end;
+                self.stats.records += 1;
+                Ok(Some(Item::Message(Message {
+                    seq: a,
+                    flags,
+                    timestamp: bb,
+                    payload: &self.cur[end - len..end],
+                })))
+            }
+            ENTRY_GAP if len == 0 && a == self.want && bb > a => {
+                self.want = bb;
+                self.at = end;
+                self.stats.gaps += 1;
+                Ok(Some(Item::Gap { from: a, to: bb }))
+            }
+            ENTRY_GAP => Err(self.remote(format!(
+                "a gap {a}..{bb} ({len} bytes) when {} was next",
+                self.want
+            ))),
+            k => Err(self.remote(format!("an entry of unknown kind {k}"))),
         }
     }
 }
