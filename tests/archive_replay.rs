@@ -107,23 +107,7 @@ fn a_range_the_archive_does_not_hold_is_one_gap_with_its_exact_range() {
         d.display()
     );
     let bus = Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap();
-    let mut publisher = bus.publisher("md").unwrap();
-    // Published before any recorder: only the ring's last CAPACITY are
-    // still to be had when it starts.
-    for seq in 1..=3000 {
-        publisher.publish(&payload(seq)).unwrap();
-    }
-    let recorder = Recorder::start(&bus, "md").unwrap();
-    while recorder.stats().last_seq < 3000 {
-        std::thread::yield_now();
-    }
-    // Where the archive begins (the ring's oldest intact message then).
-    let first = mdbus::archive::ArchiveReader::open(&d)
-        .unwrap()
-        .first_seq()
-        .unwrap()
-        .unwrap();
-    assert!(first > 3000 - CAPACITY && first < 3000, "{first}");
+    let (mut publisher, recorder, first) = archive_support::archive_missing_its_start(&bus, &d);
     let mut sub = mdbus::archive::subscribe_from(&bus, "md", 5).unwrap();
     let mut events = Vec::new();
     let mut next = 0;

@@ -323,3 +323,109 @@ fn replay_throughput_local_reader_vs_service() {
     drop(recorder);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_range_the_archive_lacks_comes_through_the_service_as_one_gap() {
+    let d = dir("gap");
+    let bus = bus(shm_toml(), &d, "", false);
+    let (_publisher, recorder, first) = archive_support::archive_missing_its_start(&bus, &d);
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let mut a = RemoteSource::connect(&bus, SERVICE).unwrap();
+    a.seek(5).unwrap();
+    let start = std::time::Instant::now();
+    let gap = loop {
+        assert!(start.elapsed().as_secs() < 60, "watchdog");
+        match a.next_item().unwrap() {
+            Some(Item::Gap { from, to }) => break (from, to),
+            Some(Item::Message(m)) => panic!("message {} before the gap", m.seq()),
+            None => std::thread::yield_now(),
+        }
+    };
+    assert_eq!(gap, (5, first));
+    assert_eq!(read_all(&mut a, 3000), 3001 - first);
+    assert_eq!(service.stats().gaps, 1);
+    drop(a);
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A service that answers the first request with `answer` (built from
+/// the request's id), and the error the requester reports for it.
+fn hostile_service(answer: impl FnOnce(u32) -> Vec<u8> + Send) -> String {
+    let d = dir("liar");
+    let bus = bus(shm_toml(), &d, "", false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let mut session = bus.session_accept(SERVICE).unwrap();
+            let mut id = None;
+            while id.is_none() {
+                session
+                    .poll(|m| id = Some(u32::from_le_bytes(m.payload()[4..8].try_into().unwrap())))
+                    .unwrap();
+            }
+            session.send(&answer(id.unwrap())).unwrap();
+            // Until the requester has read it and gone.
+            while session.poll(|_| {}).is_ok() {
+                std::thread::yield_now();
+            }
+        });
+        let mut a = RemoteSource::connect(&bus, SERVICE).unwrap();
+        a.seek(1).unwrap();
+        let start = std::time::Instant::now();
+        let e = loop {
+            assert!(start.elapsed().as_secs() < 60, "watchdog");
+            match a.next_item() {
+                Ok(Some(Item::Message(m))) => assert!(m.seq() >= 1),
+                Ok(Some(Item::Gap { .. })) => panic!("a gap"),
+                Ok(None) => std::thread::yield_now(),
+                Err(e) => break e.to_string(),
+            }
+        };
+        drop(a);
+        server.join().unwrap();
+        e
+    })
+}
+
+/// An items message: header, then entries (kind, len, a, b, payload).
+fn items(id: u32, entries: &[(u8, u32, u64, u64, &[u8])]) -> Vec<u8> {
+    let mut m = vec![1, 0, 0, 0];
+    m.extend_from_slice(&id.to_le_bytes());
+    for (kind, len, a, b, p) in entries {
+        m.extend_from_slice(&[*kind, 0, 0, 0]);
+        m.extend_from_slice(&len.to_le_bytes());
+        m.extend_from_slice(&a.to_le_bytes());
+        m.extend_from_slice(&b.to_le_bytes());
+        m.extend_from_slice(&[0; 8]);
+        m.extend_from_slice(p);
+    }
+    m
+}
+
+#[test]
+fn a_requester_rejects_what_a_hostile_service_sends() {
+    let e = hostile_service(|id| items(id, &[(1, 1000, 1, 0, b"abc")]));
+    assert!(
+        e.contains("replay service `rpl`: an entry of 1000 bytes at byte 8 of a 43-byte message"),
+        "{e}"
+    );
+    let e = hostile_service(|id| items(id, &[(1, 3, 1, 0, b"abc"), (1, 3, 1, 0, b"abc")]));
+    assert!(e.contains("sequence 1 sent when 2 was next"), "{e}");
+    // Skipping ahead without a gap would be a silent loss.
+    let e = hostile_service(|id| items(id, &[(1, 3, 5, 0, b"abc")]));
+    assert!(
+        e.contains("sequence 5 sent when 1 was next: records follow each other"),
+        "{e}"
+    );
+    let e = hostile_service(|id| items(id, &[(2, 0, 4, 9, b"")]));
+    assert!(e.contains("a gap 4..9 (0 bytes) when 1 was next"), "{e}");
+    let e = hostile_service(|id| items(id, &[(7, 0, 1, 2, b"")]));
+    assert!(e.contains("an entry of unknown kind 7"), "{e}");
+    let e = hostile_service(|id| {
+        let mut m = items(id, &[]);
+        m[0] = 9;
+        m
+    });
+    assert!(e.contains("a 8-byte message of kind 9"), "{e}");
+}

@@ -683,9 +683,10 @@ impl RemoteSource {
         }
         match kind {
             ENTRY_RECORD => {
-                if a < self.want {
+                if a != self.want {
+                    // A skipped range comes as a gap, never silently.
                     return Err(self.remote(format!(
-                        "sequence {a} sent when {} was next: records go forward",
+                        "sequence {a} sent when {} was next: records follow each other, a missing range is a gap",
                         self.want
                     )));
                 }

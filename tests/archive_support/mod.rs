@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use mdbus::archive::{Recorder, ReplayStats};
-use mdbus::{Event, Publisher, Subscriber};
+use mdbus::{Bus, Event, Publisher, Subscriber};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -161,4 +161,27 @@ pub fn check(seen: Seen, stats: ReplayStats) {
     // Everything before the seam came from the archive (and, when the
     // live subscription had nothing at hand, a little after it).
     assert!(stats.replayed >= stats.merge_seq - 1, "{stats:?}");
+}
+
+/// Publishes 1..=3000 on stream `md` of `bus` before starting its
+/// recorder (archive in `d`), so the archive holds only what the ring
+/// still had; returns the publisher, the recorder (with all 3000) and
+/// the archive's first sequence.
+pub fn archive_missing_its_start(bus: &Bus, d: &Path) -> (Publisher, Recorder, u64) {
+    let mut publisher = bus.publisher("md").unwrap();
+    for seq in 1..=3000 {
+        publisher.publish(&payload(seq)).unwrap();
+    }
+    let recorder = Recorder::start(bus, "md").unwrap();
+    while recorder.stats().last_seq < 3000 {
+        std::thread::yield_now();
+    }
+    // Where the archive begins (the ring's oldest intact message then).
+    let first = mdbus::archive::ArchiveReader::open(d)
+        .unwrap()
+        .first_seq()
+        .unwrap()
+        .unwrap();
+    assert!(first > 3000 - CAPACITY && first < 3000, "{first}");
+    (publisher, recorder, first)
 }
