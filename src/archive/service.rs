@@ -361,7 +361,13 @@ impl Worker {
         let max = session.max_message();
         while !self.shared.stop.load(Ordering::Acquire) {
             let mut req = None;
-            session.poll(|m| req = Some(parse_request(m.payload())))?;
+            session.poll(|m| {
+                // A later request replaces an earlier one, but never hides
+                // a bad one.
+                if !matches!(req, Some(Request::Bad { .. })) {
+                    req = Some(parse_request(m.payload()));
+                }
+            })?;
             match req {
                 Some(Request::Bad { id, reason }) => {
                     self.shared.bad_requests.fetch_add(1, Ordering::Relaxed);
