@@ -228,6 +228,15 @@ impl Session {
         Ok(n)
     }
 
+    /// Frees the session's name for another `session_accept` while this
+    /// session goes on (shm: its file leaves the directory; tcp and verbs
+    /// already closed the listener when the peer connected).
+    pub(crate) fn release_name(&self) {
+        if let SessionImpl::Shm(t) = &self.inner {
+            t.unpublish();
+        }
+    }
+
     /// Closes this end: the peer's next polls fail with
     /// [`Error::PeerClosed`] once it has read everything sent before.
     pub fn close(mut self) {

@@ -13,12 +13,14 @@
 //!   disk never stalls the publisher.
 //! - [`ReplaySubscriber`] delivers a stream from any sequence: the
 //!   archived range first, then the live stream from exactly the next
-//!   sequence.
+//!   sequence, read from the archive's directory or from a
+//!   [`ReplayService`] over a session.
 
 mod format;
 mod reader;
 mod recorder;
 mod replay;
+mod service;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ pub use format::{FLAG_GAP, INDEX_EVERY, MAGIC};
 pub use reader::{read_all, ArchiveReader, Item, ReaderStats};
 pub use recorder::{Recorder, RecorderStats};
 pub use replay::{subscribe_from, ReplayStats, ReplaySubscriber};
+pub use service::{RemoteSource, ReplayService, ReplaySource, ServiceStats, REPLAY_OVERHEAD};
 pub use writer::{ArchiveWriter, WriterStats};
 
 /// When the writer makes what it wrote durable (`fdatasync`).
@@ -66,6 +69,14 @@ pub struct ArchiveConfig {
     pub retention_bytes: u64,
     /// When written records are made durable.
     pub sync: SyncPolicy,
+    /// Session name of the stream's replay service: a subscriber with
+    /// `late_join = "archive"` replays through it instead of reading
+    /// `dir`, and [`ReplayService::start`] accepts on it; empty: none.
+    pub replay_service: String,
+    /// Messages a second the service sends each requester; 0: no limit.
+    pub replay_rate_limit: u64,
+    /// Requesters the service serves at once; more are refused.
+    pub replay_max_requesters: usize,
 }
 
 impl Default for ArchiveConfig {
@@ -76,9 +87,17 @@ impl Default for ArchiveConfig {
             retention_age: Duration::ZERO,
             retention_bytes: 0,
             sync: SyncPolicy::None,
+            replay_service: String::new(),
+            replay_rate_limit: 0,
+            replay_max_requesters: DEFAULT_MAX_REQUESTERS,
         }
     }
 }
+
+/// Default `replay_max_requesters`.
+pub const DEFAULT_MAX_REQUESTERS: usize = 16;
+/// Allowed `replay_max_requesters`: each is a thread of the service.
+pub const MAX_REQUESTERS_RANGE: std::ops::RangeInclusive<usize> = 1..=1024;
 
 /// Default `segment_bytes`: 256 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 256 << 20;
@@ -90,6 +109,27 @@ impl ArchiveConfig {
     /// `max_message` bytes; the error is (key under `prefix`, message).
     pub fn check(&self, prefix: &str, max_message: usize) -> Result<(), (String, String)> {
         let key = |k: &str| format!("{prefix}.{k}");
+        if !self.replay_service.is_empty() {
+            if let Err(e) = crate::names::check(&self.replay_service) {
+                return Err((key("replay_service"), e.to_string()));
+            }
+        }
+        if !MAX_REQUESTERS_RANGE.contains(&self.replay_max_requesters) {
+            return Err((
+                key("replay_max_requesters"),
+                format!(
+                    "{} is out of range: allowed {} to {}",
+                    self.replay_max_requesters,
+                    MAX_REQUESTERS_RANGE.start(),
+                    MAX_REQUESTERS_RANGE.end()
+                ),
+            ));
+        }
+        if self.dir.as_os_str().is_empty() && !self.replay_service.is_empty() {
+            // A subscriber that replays through the service needs no
+            // directory; the service checks for one when it starts.
+            return Ok(());
+        }
         if self.dir.as_os_str().is_empty() {
             return Err((key("dir"), "must be set: the archive's directory".into()));
         }
@@ -195,6 +235,15 @@ pub enum ArchiveError {
         seq: u64,
         /// The one expected.
         next: u64,
+    },
+    /// A replay service failed, refused, or sent what the protocol does
+    /// not allow.
+    #[error("archive replay service `{service}`: {reason}")]
+    Remote {
+        /// The service's session name.
+        service: String,
+        /// Why.
+        reason: String,
     },
     /// A record too large for the segment size.
     #[error("archive {}: a {len}-byte record does not fit a {segment_bytes}-byte segment", dir.display())]

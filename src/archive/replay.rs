@@ -11,11 +11,12 @@
 //! overrun, a gap, or a first message beyond it), keep replaying until
 //! the archive reaches it. The archive is read from its directory, so the
 //! subscriber must see the recorder's files (same host, or a shared
-//! filesystem); docs/ARCHIVE.md.
+//! filesystem), or, with `replay_service` set, from a replay service over
+//! a session of the bus (docs/ARCHIVE.md).
 
 use std::time::{Duration, Instant};
 
-use super::{ArchiveError, ArchiveReader, Item};
+use super::{ArchiveError, ArchiveReader, Item, RemoteSource, ReplaySource};
 use crate::config::LateJoin;
 use crate::message::{Event, Message};
 use crate::stream::SubscriberImpl;
@@ -69,7 +70,7 @@ struct Pending {
 /// The transport end of a subscriber with `late_join = "archive"`.
 #[derive(Debug)]
 pub struct ReplaySubscriber {
-    reader: ArchiveReader,
+    reader: ReplaySource,
     live: SubscriberImpl,
     phase: Phase,
     /// Next sequence to deliver.
@@ -99,7 +100,14 @@ pub fn subscribe_from(bus: &Bus, name: &str, from: u64) -> crate::Result<Subscri
         ..cfg.clone()
     };
     // The archive opened first: a missing one fails before joining.
-    let mut reader = ArchiveReader::open(&archive.dir)?;
+    let mut reader = if archive.replay_service.is_empty() {
+        ReplaySource::Local(ArchiveReader::open(&archive.dir)?)
+    } else {
+        ReplaySource::Remote(Box::new(RemoteSource::connect(
+            bus,
+            &archive.replay_service,
+        )?))
+    };
     reader.seek(from)?;
     let live = bus.subscriber_impl(name, &live_cfg)?;
     let r = ReplaySubscriber {
@@ -325,6 +333,9 @@ impl ReplaySubscriber {
             self.pending = pending;
             self.phase = Phase::Replay;
         } else if live {
+            if self.phase != Phase::Live {
+                self.reader.pause();
+            }
             self.phase = Phase::Live;
             if self.stats.merge_seq == 0 {
                 self.stats.merge_seq = first;

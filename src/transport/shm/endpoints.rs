@@ -565,6 +565,16 @@ impl ShmSession {
         Ok(Self::ends(seg, End::Initiator, max, channel))
     }
 
+    /// Removes the acceptor's segment file from the directory, so that
+    /// the name can be accepted again while this session goes on (the
+    /// mapping of both ends stays); a replay service serves many
+    /// requesters on one name this way.
+    pub(crate) fn unpublish(&self) {
+        if self.end == End::Acceptor {
+            self.seg.unpublish();
+        }
+    }
+
     fn ends(seg: Segment, end: End, max_message: usize, channel: String) -> ShmSession {
         let (tx_ring, rx_ring) = match end {
             End::Acceptor => (0, 1),

@@ -376,6 +376,13 @@ impl Segment {
         &self.fields
     }
 
+    /// Removes this segment's file if it is still the one at its path.
+    pub fn unpublish(&self) {
+        if self.owner && self.still_published() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
     /// Whether the file at the path is still this segment (not removed or
     /// replaced by a newer incarnation).
     pub fn still_published(&self) -> bool {
