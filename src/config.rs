@@ -372,9 +372,8 @@ pub struct SessionConfig {
     pub address: String,
     /// Where an RC acceptor (verbs) takes this session's receive buffers
     /// from: its own ring (`per-session`), or the shared receive queue of
-    /// the acceptor listening on `address` (`shared`; docs/RDMA.md,
-    /// "Shared receive"). Other transports and the connecting side ignore
-    /// it.
+    /// the acceptor listening on `address` (`shared`; docs/SCALING.md,
+    /// "Sessions"). Other transports and the connecting side ignore it.
     pub receive: ReceiveMode,
 }
 

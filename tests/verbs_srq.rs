@@ -221,7 +221,8 @@ fn bench_run(
 ) -> (u64, u64, f64) {
     // A block of ports per run: per-session acceptors use n of them.
     static RUN: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let port = 40_000 + 300 * RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Below the ephemeral range, where the initiators' own ports are.
+    let port = 20_000 + 300 * RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let scfg = SessionConfig {
         address: format!("{}:{port}", addr_a()),
         receive,
@@ -275,15 +276,11 @@ fn bench_run(
     let (mut recv_bytes, mut all_bytes) = (0u64, 0u64);
     for (i, e) in ends.iter().enumerate() {
         assert_eq!(e.receives_shared(), receive == ReceiveMode::Shared);
-        let (own, pool) = e.registered_bytes();
-        all_bytes += own;
-        if i == 0 {
-            all_bytes += pool;
-            recv_bytes += pool;
-        }
-    }
-    if receive == ReceiveMode::PerSession {
-        recv_bytes = (n * capacity * mdbus::transport::slot_size(32)) as u64;
+        let (send, ring, pool) = e.registered_bytes();
+        // The shared pool once: every session reports the same one.
+        let pool = if i == 0 { pool } else { 0 };
+        recv_bytes += ring + pool;
+        all_bytes += send + ring + pool;
     }
     let total = n as u64 * per;
     let mut got = 0u64;

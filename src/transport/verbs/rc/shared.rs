@@ -428,20 +428,20 @@ impl Drop for Membership {
 }
 
 impl RcSession {
-    /// Registered bytes of this end: those of its own pools (send, control,
-    /// and its receive ring unless it receives through a shared queue), and
-    /// those of the shared receive pool it uses (0 without one), which all
-    /// the sessions of its acceptor share.
-    pub fn registered_bytes(&self) -> (u64, u64) {
+    /// Registered bytes of this end: its send and control pools, its own
+    /// receive ring (0 when it receives through a shared queue), and the
+    /// shared receive pool it uses (0 without one), which all the sessions
+    /// of its acceptor share.
+    pub fn registered_bytes(&self) -> (u64, u64, u64) {
         let c = &self.cold;
-        let own =
-            c._send_mem.len() + c._ctrl_mem.len() + c._recv_mem.as_ref().map_or(0, Region::len);
+        let send = c._send_mem.len() + c._ctrl_mem.len();
+        let ring = c._recv_mem.as_ref().map_or(0, Region::len);
         let pool = c
             .membership
             .as_ref()
             .and_then(|m| m.acceptor.inner())
             .map_or(0, |i| i.pool.len());
-        (own as u64, pool as u64)
+        (send as u64, ring as u64, pool as u64)
     }
 
     /// Whether the receives of this end come through a shared receive
