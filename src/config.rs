@@ -442,6 +442,11 @@ pub struct SessionConfig {
     /// SEND/RECV, or RDMA writes into a ring in the peer's memory. Both
     /// ends must use the same mode.
     pub mode: SessionMode,
+    /// Where an RC acceptor (verbs) takes this session's receive buffers
+    /// from: its own ring (`per-session`), or the shared receive queue of
+    /// the acceptor listening on `address` (`shared`; docs/SCALING.md,
+    /// "Sessions"). Other transports and the connecting side ignore it.
+    pub receive: ReceiveMode,
 }
 
 /// How an RC session moves messages (`sessions.NAME.mode`); see
@@ -485,6 +490,19 @@ impl std::str::FromStr for SessionMode {
     }
 }
 
+/// Where an RC session's receive buffers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiveMode {
+    /// A receive ring of `capacity` buffers per session.
+    #[default]
+    PerSession,
+    /// One shared receive queue and completion queue per acceptor address,
+    /// polled for all its sessions from one thread; each session is
+    /// granted `capacity` of its `verbs.shared_receive_buffers` buffers.
+    Shared,
+}
+
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
@@ -495,6 +513,7 @@ impl Default for SessionConfig {
             poll_batch: 256,
             address: String::new(),
             mode: SessionMode::Send,
+            receive: ReceiveMode::PerSession,
         }
     }
 }
@@ -535,6 +554,10 @@ pub struct VerbsConfig {
     pub signal_every: u32,
     /// Receive buffers reposted per batch.
     pub recv_batch: u32,
+    /// Buffers of the shared receive queue of an RC acceptor whose
+    /// sessions use `receive = "shared"`: the sum of their capacities
+    /// (the credits granted to their peers) may not exceed it.
+    pub shared_receive_buffers: u32,
     // Failure detection and admission of RC sessions (docs/RDMA.md,
     // docs/SECURITY.md, "The RDMA fabric").
     /// Idle time after which an RC session writes a zero-length keep-alive
@@ -630,6 +653,7 @@ impl Default for VerbsConfig {
             max_inline: 64,
             signal_every: 16,
             recv_batch: 16,
+            shared_receive_buffers: 4096,
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(5),
             allow_peers: Vec::new(),
@@ -768,6 +792,26 @@ impl Config {
                 s.poll_batch,
             )
             .map_err(|(k, m)| err(k, m))?;
+            if s.receive == ReceiveMode::Shared
+                && s.capacity > self.verbs.shared_receive_buffers as usize
+            {
+                return Err(err(
+                    format!("sessions.{name}.capacity"),
+                    format!(
+                        "{} is more than verbs.shared_receive_buffers {}: a session with receive = \"shared\" is granted its capacity out of the shared receive queue; lower it or raise verbs.shared_receive_buffers",
+                        s.capacity, self.verbs.shared_receive_buffers
+                    ),
+                ));
+            }
+            if s.receive == ReceiveMode::Shared && s.mode != SessionMode::Send {
+                return Err(err(
+                    format!("sessions.{name}.receive"),
+                    format!(
+                        "\"shared\" needs mode = \"send\": a shared receive queue holds posted receive buffers, which mode \"{}\" does not use",
+                        s.mode.as_str()
+                    ),
+                ));
+            }
             if !s.address.is_empty() && s.address.parse::<std::net::SocketAddr>().is_err() {
                 return Err(err(
                     format!("sessions.{name}.address"),
@@ -793,6 +837,15 @@ impl Config {
                 "verbs.recv_batch"
             };
             return Err(err(key.into(), "0 is not allowed: at least 1".into()));
+        }
+        if !(1..=MAX_CAPACITY as u32).contains(&self.verbs.shared_receive_buffers) {
+            return Err(err(
+                "verbs.shared_receive_buffers".into(),
+                format!(
+                    "{} is out of range: allowed 1 to {MAX_CAPACITY}",
+                    self.verbs.shared_receive_buffers
+                ),
+            ));
         }
         self.verbs.check_liveness().map_err(|(k, m)| err(k, m))?;
         self.verbs.check_ud().map_err(|(k, m)| err(k, m))?;
@@ -1630,6 +1683,42 @@ mod tests {
             e.to_string(),
             "f.toml: streams.md.recv_buffer: 1000 is out of range: allowed 65536 to 1073741824 bytes"
         );
+    }
+
+    #[test]
+    fn shared_receive_is_a_session_key_checked_against_the_pool() {
+        let c = Config::from_toml_str(
+            "[verbs]\nshared_receive_buffers = 64\n[sessions.o]\nreceive = \"shared\"\ncapacity = 16\n",
+            "f.toml",
+        )
+        .unwrap();
+        assert_eq!(c.session("o").receive, ReceiveMode::Shared);
+        assert_eq!(
+            Config::default().session("o").receive,
+            ReceiveMode::PerSession
+        );
+        let e = Config::from_toml_str(
+            "[verbs]\nshared_receive_buffers = 8\n[sessions.o]\nreceive = \"shared\"\ncapacity = 16\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        let m = Config::from_toml_str(
+            "[sessions.o]\nreceive = \"shared\"\nmode = \"write\"\ncapacity = 16\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert_eq!(m.key, "sessions.o.receive");
+        assert!(m.message.contains("needs mode = \"send\""), "{m}");
+        assert_eq!(e.key, "sessions.o.capacity");
+        assert!(
+            e.message
+                .contains("more than verbs.shared_receive_buffers 8"),
+            "{e}"
+        );
+        let e =
+            Config::from_toml_str("[verbs]\nshared_receive_buffers = 0\n", "f.toml").unwrap_err();
+        assert_eq!(e.key, "verbs.shared_receive_buffers");
+        assert!(Config::from_toml_str("[sessions.o]\nreceive = \"pooled\"\n", "f.toml").is_err());
     }
 
     /// Every key `--print-config` writes has a row in the configuration

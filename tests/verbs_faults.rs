@@ -223,6 +223,18 @@ fn remote_write_outside_the_credit_words_is_refused() {
     if !rdma_or_skip("remote_write_outside_the_credit_words_is_refused") {
         return;
     }
+    // A counters file of this process, as every Bus has: the failed
+    // write is counted there per queue pair, queue and status.
+    let dir = std::env::temp_dir().join(format!("mdbus-faults-ctr-{}", std::process::id()));
+    let counters = mdbus::counters::registry::BusCounters::create(
+        &mdbus::config::CountersConfig {
+            dir: dir.clone(),
+            name: "faults".into(),
+            ..Default::default()
+        },
+        "faults",
+    )
+    .unwrap();
     let (mut a, mut b) = pair(&scfg(format!("{}:{}", addr_a(), unique_port())), &vcfg());
     send(&mut a, 1);
     receive(&mut b, 1, 1);
@@ -243,6 +255,18 @@ fn remote_write_outside_the_credit_words_is_refused() {
     assert!(cause.contains("refused a remote write"), "{text}");
     assert_eq!(acked, 1, "{text}");
     stays_failed(&mut a);
+    let r = mdbus::counters::CountersReader::open(counters.file().path()).unwrap();
+    let label = format!(
+        "qp.{}/{:#x}/send/rem_access_err.completion_errors",
+        a.device(),
+        a.qp_num()
+    );
+    let i = r
+        .index_of(&label)
+        .unwrap_or_else(|| panic!("no {label} in {:?}", r.labels()));
+    assert_eq!(r.value(i), Some(1), "{label}");
+    drop((a, b, counters));
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The message ring is registered to the byte: a write with the ring's

@@ -488,6 +488,101 @@ pub fn note_completion_error(status: u32, text: &str) {
     }
 }
 
+/// Which queue of a queue pair a failed work completion came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcQueue {
+    /// The send queue (sends, RDMA writes).
+    Send,
+    /// The receive queue (or the shared receive queue it uses).
+    Receive,
+}
+
+impl WcQueue {
+    fn name(self) -> &'static str {
+        match self {
+            WcQueue::Send => "send",
+            WcQueue::Receive => "receive",
+        }
+    }
+}
+
+/// The short name of work completion status `status` (`IBV_WC_RETRY_EXC_ERR`
+/// is `retry_exc_err`), or its number when it has none; used in counter
+/// labels, so it never contains a dot or a slash.
+pub fn wc_status_name(status: u32) -> String {
+    const NAMES: [&str; 24] = [
+        "success",
+        "loc_len_err",
+        "loc_qp_op_err",
+        "loc_eec_op_err",
+        "loc_prot_err",
+        "wr_flush_err",
+        "mw_bind_err",
+        "bad_resp_err",
+        "loc_access_err",
+        "rem_inv_req_err",
+        "rem_access_err",
+        "rem_op_err",
+        "retry_exc_err",
+        "rnr_retry_exc_err",
+        "loc_rdd_viol_err",
+        "rem_inv_rd_req_err",
+        "rem_abort_err",
+        "inv_eecn_err",
+        "inv_eec_state_err",
+        "fatal_err",
+        "resp_timeout_err",
+        "general_err",
+        "tm_err",
+        "tm_rndv_incomplete",
+    ];
+    match NAMES.get(status as usize) {
+        Some(n) => (*n).to_string(),
+        None => format!("status_{status}"),
+    }
+}
+
+/// `s` with the characters that separate label parts (`.`, `/`) made `_`.
+fn label_part(s: &str) -> String {
+    s.replace(['.', '/'], "_")
+}
+
+/// Records a failed work completion of queue pair `qpn` on `device`, from
+/// its `queue`, in every bus of this process: counted in total
+/// (`bus.OWNER.completion_errors`), by status (`wc.STATUS.completion_errors`)
+/// and per queue pair, queue and status
+/// (`qp.DEVICE/QPN/QUEUE/STATUS.completion_errors`), and logged as `text`.
+/// Error path only.
+pub fn note_qp_completion_error(device: &str, qpn: u32, queue: WcQueue, status: u32, text: &str) {
+    let label = format!(
+        "qp.{}/{qpn:#x}/{}/{}.completion_errors",
+        label_part(device),
+        queue.name(),
+        wc_status_name(status)
+    );
+    for b in live().iter().filter_map(Weak::upgrade) {
+        if let Some(i) = b.single(&label, C) {
+            b.file.add(i, 1);
+        }
+        b.completion_error(status, text);
+    }
+}
+
+/// Records a completion queue error of `device` (the device's
+/// `IBV_EVENT_CQ_ERR` async event, which is how a completion queue
+/// overrun is reported) in every bus of this process: counted as
+/// `cq.DEVICE.overflows` and as an async event, and logged. Error path only.
+pub fn note_cq_overflow(device: &str, text: &str) {
+    let label = format!("cq.{}.overflows", label_part(device));
+    for b in live().iter().filter_map(Weak::upgrade) {
+        if let Some(i) = b.single(&label, C) {
+            b.file.add(i, 1);
+        }
+        b.file.add(b.bus_base + BUS_ASYNC_EVENTS, 1);
+        b.record_error(text);
+    }
+}
+
 /// Counts a memory registration (`registered`) or deregistration of an
 /// RDMA device in every bus of this process: open and close time only.
 pub fn note_memory_region(registered: bool) {
@@ -798,6 +893,66 @@ mod tests {
         let after = CountersReader::open_unchecked(&path).unwrap();
         assert_eq!(after.errors().len(), 2);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Failed completions fed in as the verbs transport reports them are
+    /// counted per queue pair, queue and status, in total and by status;
+    /// a CQ error event counts as an overflow of its device.
+    #[test]
+    fn completion_errors_are_counted_per_queue_pair_and_status() {
+        let (bus, dir) = bus("qperr");
+        let path = bus.counters_path().unwrap().to_path_buf();
+        note_qp_completion_error("rxe0", 0x11, WcQueue::Send, 12, "send retry exceeded");
+        note_qp_completion_error("rxe0", 0x11, WcQueue::Send, 12, "send retry exceeded");
+        note_qp_completion_error("rxe0", 0x11, WcQueue::Send, 5, "flushed");
+        note_qp_completion_error("rxe0", 0x12, WcQueue::Receive, 1, "local length");
+        note_qp_completion_error("mlx5.1", 0x11, WcQueue::Receive, 99, "odd status");
+        note_cq_overflow("rxe0", "a completion queue failed (IBV_EVENT_CQ_ERR)");
+        note_cq_overflow("rxe0", "a completion queue failed (IBV_EVENT_CQ_ERR)");
+        let r = CountersReader::open(&path).unwrap();
+        assert_eq!(
+            value(&r, "qp.rxe0/0x11/send/retry_exc_err.completion_errors"),
+            2
+        );
+        assert_eq!(
+            value(&r, "qp.rxe0/0x11/send/wr_flush_err.completion_errors"),
+            1
+        );
+        assert_eq!(
+            value(&r, "qp.rxe0/0x12/receive/loc_len_err.completion_errors"),
+            1
+        );
+        assert_eq!(
+            value(&r, "qp.mlx5_1/0x11/receive/status_99.completion_errors"),
+            1
+        );
+        assert!(r
+            .index_of("qp.rxe0/0x12/send/retry_exc_err.completion_errors")
+            .is_none());
+        assert_eq!(value(&r, "cq.rxe0.overflows"), 2);
+        // Other RDMA tests in this process may count theirs too.
+        assert!(value(&r, "wc.12.completion_errors") >= 2);
+        assert!(value(&r, "bus.test-qperr.completion_errors") >= 5);
+        assert!(value(&r, "bus.test-qperr.async_events") >= 2);
+        let kind = r.kind(r.index_of("cq.rxe0.overflows").unwrap()).unwrap();
+        assert_eq!(kind, Kind::Counter);
+        assert!(r
+            .errors()
+            .iter()
+            .any(|e| e.text.contains("IBV_EVENT_CQ_ERR") && e.count == 2));
+        drop(bus);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn completion_status_names_have_no_separators() {
+        assert_eq!(wc_status_name(0), "success");
+        assert_eq!(wc_status_name(5), "wr_flush_err");
+        assert_eq!(wc_status_name(12), "retry_exc_err");
+        assert_eq!(wc_status_name(13), "rnr_retry_exc_err");
+        assert_eq!(wc_status_name(22), "tm_err");
+        assert_eq!(wc_status_name(1000), "status_1000");
+        assert_eq!(label_part("a.b/c"), "a_b_c");
     }
 
     #[test]

@@ -80,6 +80,36 @@ pub unsafe fn ibv_post_recv(
     }
 }
 
+/// `ibv_post_srq_recv`: posts a list of receive work requests to the shared
+/// receive queue `srq`.
+///
+/// As in `verbs.h`: `srq->context->ops.post_srq_recv(srq, recv_wr, bad_recv_wr)`.
+/// Returns 0 on success or an errno value (`EOPNOTSUPP` when the provider
+/// has no shared receive queues), with `*bad_recv_wr` set to the first
+/// request not posted.
+///
+/// # Safety
+///
+/// As [`ibv_post_recv`], with `srq` a live shared receive queue not posted to
+/// concurrently by another thread.
+#[inline]
+pub unsafe fn ibv_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller guarantees `srq` is live; a live SRQ's `context`
+    // points to the live context it was created on.
+    let op = unsafe { (*(*srq).context).ops.post_srq_recv };
+    match op {
+        // SAFETY: the provider's post_srq_recv, called with the arguments
+        // the caller vouched for, exactly as verbs.h does.
+        Some(post) => unsafe { post(srq, wr, bad_wr) },
+        // SAFETY: the caller guarantees `bad_wr` is valid for a write.
+        None => unsafe { unsupported(bad_wr, wr) },
+    }
+}
+
 /// `ibv_poll_cq`: moves up to `num_entries` completions from `cq` into `wc`.
 ///
 /// As in `verbs.h`: `cq->context->ops.poll_cq(cq, num_entries, wc)`. Returns
@@ -376,6 +406,42 @@ mod tests {
         assert_eq!(wc.map(|w| w.wr_id), [100, 101, 102]);
         // SAFETY: as above.
         assert_eq!(unsafe { ibv_req_notify_cq(&mut cq, 1) }, 21);
+    }
+
+    unsafe extern "C" fn fake_post_srq_recv(
+        srq: *mut ibv_srq,
+        wr: *mut ibv_recv_wr,
+        bad_wr: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        // SAFETY: the test passes a live fake SRQ and valid pointers.
+        unsafe {
+            assert_eq!((*srq).handle, 9);
+            *bad_wr = wr;
+        }
+        13
+    }
+
+    #[test]
+    fn srq_posts_go_through_the_ops_table() {
+        let mut none = ibv_context::default();
+        let mut ctx = ibv_context::default();
+        ctx.ops.post_srq_recv = Some(fake_post_srq_recv);
+        // SAFETY: an all-zero ibv_srq is a valid C struct (pointers null,
+        // pthread objects zeroed, as a static initialiser would leave them).
+        let mut srq: ibv_srq = unsafe { std::mem::zeroed() };
+        srq.context = &mut none;
+        srq.handle = 9;
+        let mut rwr = ibv_recv_wr::default();
+        let mut bad = ptr::null_mut();
+        // SAFETY: the fake SRQ's context has no post_srq_recv.
+        let rc = unsafe { ibv_post_srq_recv(&mut srq, &mut rwr, &mut bad) };
+        assert_eq!(rc, libc::EOPNOTSUPP);
+        srq.context = &mut ctx;
+        let mut bad = ptr::null_mut();
+        // SAFETY: the fake op is installed; all pointers are valid.
+        let rc = unsafe { ibv_post_srq_recv(&mut srq, &mut rwr, &mut bad) };
+        assert_eq!(rc, 13);
+        assert_eq!(bad, ptr::addr_of_mut!(rwr));
     }
 
     #[test]

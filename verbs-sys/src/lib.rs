@@ -16,7 +16,7 @@
 //!   runs with or without RDMA.
 //! - **The `static inline` parts of `verbs.h` and `rdma_cma.h`**, ported by
 //!   hand: the data-path calls [`ibv_post_send`], [`ibv_post_recv`],
-//!   [`ibv_poll_cq`] and [`ibv_req_notify_cq`] go through the context's ops
+//!   [`ibv_post_srq_recv`], [`ibv_poll_cq`] and [`ibv_req_notify_cq`] go through the context's ops
 //!   table exactly as the header does and need no loaded library;
 //!   [`Verbs::query_port`], [`Verbs::reg_mr`] and [`Verbs::query_gid_ex`]
 //!   reproduce the header wrappers of the same C names; [`rdma_get_local_addr`]
@@ -74,8 +74,8 @@ mod verbs;
 
 pub use bindings::*;
 pub use inline::{
-    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_req_notify_cq, rdma_get_local_addr,
-    rdma_get_peer_addr,
+    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_req_notify_cq,
+    rdma_get_local_addr, rdma_get_peer_addr,
 };
 pub use load::LoadError;
 pub use rdmacm::Rdmacm;

@@ -63,6 +63,9 @@ fn_table! {
             cq_context: *mut *mut c_void,
         ) -> c_int;
         ibv_ack_cq_events @ "IBVERBS_1.1": fn(cq: *mut ibv_cq, nevents: c_uint);
+        ibv_create_srq @ "IBVERBS_1.1":
+            fn(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
+        ibv_destroy_srq @ "IBVERBS_1.1": fn(srq: *mut ibv_srq) -> c_int;
         ibv_create_qp @ "IBVERBS_1.1":
             fn(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
         ibv_destroy_qp @ "IBVERBS_1.1": fn(qp: *mut ibv_qp) -> c_int;

@@ -221,8 +221,15 @@ unsafe fn drain(verbs: &Verbs, ctx: *mut ibv_context, rec: &mut Record) {
             IBV_EVENT_CQ_ERR => {
                 // SAFETY: for CQ events the element is the CQ.
                 rec.cqs.push(unsafe { ev.element.cq } as usize);
-                crate::counters::registry::note_async_event(
-                    "a completion queue failed (IBV_EVENT_CQ_ERR: overflow or error)",
+                // SAFETY: the context is open; its device pointer is the
+                // device it was opened from.
+                let device = unsafe { super::device::device_name(verbs, (*ctx).device) };
+                log::warn!("{device}: {}", event_name(kind));
+                crate::counters::registry::note_cq_overflow(
+                    &device,
+                    &format!(
+                        "{device}: a completion queue failed (IBV_EVENT_CQ_ERR: overflow or error)"
+                    ),
                 );
             }
             IBV_EVENT_PORT_ERR => {

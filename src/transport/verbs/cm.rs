@@ -275,6 +275,21 @@ impl CmId {
         self.raw.as_ptr()
     }
 
+    /// Moves the id's future events to `channel` (rdma_migrate_id), so a
+    /// connection accepted on a shared listener reports to its own session.
+    ///
+    /// # Safety
+    /// `channel` must outlive the id, and every event of the id delivered
+    /// so far must have been acknowledged (rdma_cm waits for that).
+    pub(crate) unsafe fn migrate(&self, channel: &EventChannel) -> Result<()> {
+        // SAFETY: both are live; the caller's contract covers the rest.
+        let rc = unsafe { (self.cm.rdma_migrate_id)(self.raw.as_ptr(), channel.as_raw()) };
+        if rc != 0 {
+            return Err(errors::ret("rdma_migrate_id", "", None, rc));
+        }
+        Ok(())
+    }
+
     /// The device context the id is bound to (null before address
     /// resolution or binding to a device address). rdma_cm keeps it open
     /// while the id exists.

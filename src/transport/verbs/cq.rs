@@ -13,6 +13,8 @@ use crate::error::Result;
 pub(crate) struct Cq {
     verbs: &'static Verbs,
     raw: NonNull<ibv_cq>,
+    /// Destroyed on drop; false for a handle on a queue owned elsewhere.
+    owned: bool,
 }
 
 impl Cq {
@@ -31,12 +33,30 @@ impl Cq {
         let raw =
             unsafe { (verbs.ibv_create_cq)(ctx, n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
         match NonNull::new(raw) {
-            Some(raw) => Ok(Cq { verbs, raw }),
+            Some(raw) => Ok(Cq {
+                verbs,
+                raw,
+                owned: true,
+            }),
             None => Err(errors::last(
                 format!("ibv_create_cq of {cqe} entries"),
                 device,
                 None,
             )),
+        }
+    }
+
+    /// A handle on `other`'s queue that does not destroy it: for a session
+    /// whose receives complete on its acceptor's shared queue, which is
+    /// polled through the acceptor only.
+    ///
+    /// # Safety
+    /// `other` must outlive the handle.
+    pub(crate) unsafe fn alias(other: &Cq) -> Cq {
+        Cq {
+            verbs: other.verbs,
+            raw: other.raw,
+            owned: false,
         }
     }
 
@@ -67,6 +87,9 @@ impl Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: created by ibv_create_cq, destroyed once, after the queue
         // pair that used it (owner's field order).
         let rc = unsafe { (self.verbs.ibv_destroy_cq)(self.raw.as_ptr()) };

@@ -34,6 +34,7 @@ mod qp;
 mod rc;
 mod recv_ring;
 mod send_queue;
+mod srq;
 mod ud_join;
 mod ud_link;
 

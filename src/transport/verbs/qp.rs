@@ -5,7 +5,7 @@
 use std::ptr::NonNull;
 
 use verbs_sys::{
-    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, ibv_sge,
+    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_srq,
     ibv_wr_opcode, Rdmacm, Verbs, IBV_QPS_ERR, IBV_QP_STATE,
 };
 
@@ -13,6 +13,7 @@ use super::cm::CmId;
 use super::cq::Cq;
 use super::errors;
 use super::pd::Pd;
+use super::srq::Srq;
 use crate::error::Result;
 
 /// The one scatter/gather entry of a send: `len` bytes at `src`, in the
@@ -85,9 +86,71 @@ impl CmQp {
         want: Caps,
         device: &str,
     ) -> Result<(CmQp, Caps)> {
+        // SAFETY: the caller's contract; no shared receive queue.
+        unsafe {
+            Self::create_in(
+                cm,
+                id,
+                pd,
+                send_cq,
+                recv_cq,
+                std::ptr::null_mut(),
+                kind,
+                want,
+                device,
+            )
+        }
+    }
+
+    /// Like [`create`](Self::create), but the queue pair takes its receive
+    /// buffers from `srq` (it has no receive queue of its own); receive
+    /// completions go to `recv_cq`.
+    ///
+    /// # Safety
+    /// As for `create`; `srq` must be in `pd` and outlive the queue pair.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn create_on_srq(
+        cm: &'static Rdmacm,
+        id: &CmId,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: &Srq,
+        want: Caps,
+        device: &str,
+    ) -> Result<(CmQp, Caps)> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::create_in(
+                cm,
+                id,
+                pd,
+                send_cq,
+                recv_cq,
+                srq.as_raw(),
+                verbs_sys::IBV_QPT_RC,
+                want,
+                device,
+            )
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn create_in(
+        cm: &'static Rdmacm,
+        id: &CmId,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: *mut ibv_srq,
+        kind: ibv_qp_type,
+        want: Caps,
+        device: &str,
+    ) -> Result<(CmQp, Caps)> {
         let mut attr = ibv_qp_init_attr {
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
+            srq,
             qp_type: kind,
             // Completions only where a request asks for one (selective
             // signaling).
@@ -95,9 +158,11 @@ impl CmQp {
             ..Default::default()
         };
         attr.cap.max_send_wr = want.send_wr;
-        attr.cap.max_recv_wr = want.recv_wr;
+        // With a shared receive queue the queue pair has none of its own.
+        let own_recv = srq.is_null();
+        attr.cap.max_recv_wr = if own_recv { want.recv_wr } else { 0 };
         attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
+        attr.cap.max_recv_sge = u32::from(own_recv);
         attr.cap.max_inline_data = want.inline;
         // SAFETY: all objects are live (caller); `attr` is valid and the
         // call writes the granted capabilities back into it.

@@ -11,6 +11,37 @@ use verbs_sys::{ibv_recv_wr, ibv_sge};
 use super::mr::Region;
 use super::qp::CmQp;
 
+/// One receive request per buffer of `slot` bytes at the start of `mem`
+/// (`wr_id` = buffer index), each with its scatter/gather entry; the
+/// requests point into the entries, so both are kept together.
+pub(crate) fn requests(
+    mem: &Region,
+    depth: u32,
+    slot: usize,
+) -> (Box<[ibv_recv_wr]>, Box<[ibv_sge]>) {
+    assert!(depth as usize * slot <= mem.len(), "receive pool too small");
+    let base = mem.ptr();
+    let mut sges: Box<[ibv_sge]> = (0..depth as usize)
+        .map(|i| ibv_sge {
+            // SAFETY: slot i lies inside the pool (assert above).
+            addr: unsafe { base.add(i * slot) } as u64,
+            length: slot as u32,
+            lkey: mem.lkey(),
+        })
+        .collect();
+    let sp = sges.as_mut_ptr();
+    let wrs: Box<[ibv_recv_wr]> = (0..depth as usize)
+        .map(|i| ibv_recv_wr {
+            wr_id: i as u64,
+            next: std::ptr::null_mut(),
+            // SAFETY: index i is inside the boxed slice.
+            sg_list: unsafe { sp.add(i) },
+            num_sge: 1,
+        })
+        .collect();
+    (wrs, sges)
+}
+
 /// The receive ring of one queue pair.
 pub(crate) struct RecvRing {
     wrs: Box<[ibv_recv_wr]>,
@@ -27,32 +58,26 @@ pub(crate) struct RecvRing {
 impl RecvRing {
     /// `depth` buffers of `slot` bytes each, at the start of `mem`.
     pub(crate) fn new(mem: &Region, depth: u32, slot: usize) -> RecvRing {
-        assert!(depth as usize * slot <= mem.len(), "receive pool too small");
-        let base = mem.ptr();
-        let mut sges: Box<[ibv_sge]> = (0..depth as usize)
-            .map(|i| ibv_sge {
-                // SAFETY: slot i lies inside the pool (assert above).
-                addr: unsafe { base.add(i * slot) } as u64,
-                length: slot as u32,
-                lkey: mem.lkey(),
-            })
-            .collect();
-        let sp = sges.as_mut_ptr();
-        let wrs: Box<[ibv_recv_wr]> = (0..depth as usize)
-            .map(|i| ibv_recv_wr {
-                wr_id: i as u64,
-                next: std::ptr::null_mut(),
-                // SAFETY: index i is inside the boxed slice.
-                sg_list: unsafe { sp.add(i) },
-                num_sge: 1,
-            })
-            .collect();
+        let (wrs, sges) = requests(mem, depth, slot);
         RecvRing {
             wrs,
             _sges: sges,
-            base,
+            base: mem.ptr(),
             slot,
             depth,
+            repost_at: 0,
+        }
+    }
+
+    /// A ring without buffers, for a queue pair that receives through a
+    /// shared receive queue; posting to it fails.
+    pub(crate) fn empty() -> RecvRing {
+        RecvRing {
+            wrs: Box::new([]),
+            _sges: Box::new([]),
+            base: std::ptr::null_mut(),
+            slot: 0,
+            depth: 0,
             repost_at: 0,
         }
     }
@@ -66,7 +91,7 @@ impl RecvRing {
     /// dropped before it is.
     #[inline]
     pub(crate) unsafe fn buffer<'a>(&self, wr_id: u64, len: u32) -> &'a [u8] {
-        let i = (wr_id as usize) % self.depth as usize;
+        let i = (wr_id as usize) % (self.depth as usize).max(1);
         // SAFETY: slot i is inside the pool; the device wrote `len` bytes
         // and no longer touches it until it is reposted (caller).
         unsafe {
@@ -84,7 +109,9 @@ impl RecvRing {
         if n == 0 {
             return Ok(());
         }
-        debug_assert!(n <= self.depth);
+        if n > self.depth {
+            return Err(libc::EINVAL);
+        }
         let depth = self.depth;
         let wrs = self.wrs.as_mut_ptr();
         let first = self.repost_at;

@@ -399,7 +399,10 @@ impl UdLink {
                 if wc.status != IBV_WC_SUCCESS {
                     self.dropped += 1;
                     flushed |= wc.status == IBV_WC_WR_FLUSH_ERR;
-                    crate::counters::registry::note_completion_error(
+                    crate::counters::registry::note_qp_completion_error(
+                        &self.device,
+                        wc.qp_num,
+                        crate::counters::registry::WcQueue::Send,
                         wc.status,
                         &format!(
                             "{}: UD send on QP {}: {}",
@@ -601,7 +604,10 @@ impl DatagramLink for UdLink {
                 if wc.status != IBV_WC_SUCCESS || (wc.byte_len as usize) < GRH_LEN {
                     self.dropped += 1;
                     if wc.status != IBV_WC_SUCCESS {
-                        crate::counters::registry::note_completion_error(
+                        crate::counters::registry::note_qp_completion_error(
+                            &self.device,
+                            wc.qp_num,
+                            crate::counters::registry::WcQueue::Receive,
                             wc.status,
                             &format!(
                                 "UD receive on QP {}: {}",

@@ -13,6 +13,8 @@
 //! | `bus` | `mdbus_bus_` | (none: the owner is `bus`) |
 //! | `wc` | `mdbus_wc_` | `status` (work completion status) |
 //! | `port` | `mdbus_port_` | `device`, `port` |
+//! | `qp` | `mdbus_qp_` | `device`, `qp`, `queue` (send, receive), `status` |
+//! | `cq` | `mdbus_cq_` | `device` |
 //! | other | `mdbus_<scope>_` | `name` |
 //!
 //! A second handle of one channel in a process (`sub.md#2`) adds
@@ -80,6 +82,8 @@ pub fn name_of(label: &str) -> Named {
         "bus" => ("bus".into(), None),
         "wc" => ("wc".into(), Some("status")),
         "port" => ("port".into(), None),
+        "qp" => ("qp".into(), None),
+        "cq" => ("cq".into(), Some("device")),
         other => (metric_part(other), Some("name")),
     };
     let mut labels = Vec::new();
@@ -87,6 +91,12 @@ pub fn name_of(label: &str) -> Named {
         let (dev, port) = name.split_once('/').unwrap_or((name, ""));
         labels.push(("device", dev.to_string()));
         labels.push(("port", port.to_string()));
+    } else if scope == "qp" {
+        // DEVICE/QPN/QUEUE/STATUS (mdbus::counters::registry::note_qp_completion_error).
+        let mut parts = name.splitn(4, '/');
+        for k in ["device", "qp", "queue", "status"] {
+            labels.push((k, parts.next().unwrap_or("").to_string()));
+        }
     } else if let Some(k) = key {
         labels.push((k, name.to_string()));
     }
@@ -264,6 +274,20 @@ mod tests {
             [("status", "12".to_string())]
         );
         assert_eq!(name_of("odd-Scope.x.y").family, "mdbus_odd_scope_y");
+        let n = name_of("qp.rxe0/0x11/send/retry_exc_err.completion_errors");
+        assert_eq!(n.family, "mdbus_qp_completion_errors");
+        assert_eq!(
+            n.labels,
+            [
+                ("device", "rxe0".to_string()),
+                ("qp", "0x11".into()),
+                ("queue", "send".into()),
+                ("status", "retry_exc_err".into())
+            ]
+        );
+        let n = name_of("cq.mlx5_0.overflows");
+        assert_eq!(n.family, "mdbus_cq_overflows");
+        assert_eq!(n.labels, [("device", "mlx5_0".to_string())]);
     }
 
     #[test]

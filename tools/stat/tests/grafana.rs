@@ -67,6 +67,14 @@ fn emitted() -> BTreeSet<String> {
     let _client = bus.session_connect("orders").unwrap();
     let _server = acceptor.join().unwrap();
     mdbus::counters::registry::note_completion_error(12, "a test completion error");
+    mdbus::counters::registry::note_qp_completion_error(
+        "rxe9",
+        0x11,
+        mdbus::counters::registry::WcQueue::Send,
+        12,
+        "a test completion error of a QP",
+    );
+    mdbus::counters::registry::note_cq_overflow("rxe9", "a test CQ error");
     bus.counters().unwrap().note_port("rxe9", 1);
 
     // mdbus-relay's own file, and a recorder's lag gauges.

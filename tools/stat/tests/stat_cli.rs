@@ -66,6 +66,22 @@ fn child() {
         c.record_error("stream `md`: lost the peer at 10.0.0.1:7000: connection reset");
     }
     c.record_error("rxe0 port 1: IBV_EVENT_PORT_ERR");
+    if role == "live" {
+        // What the verbs transport reports for a failed send and a CQ
+        // error event (counted per QP, queue and status; per device).
+        use mdbus::counters::registry::{note_cq_overflow, note_qp_completion_error, WcQueue};
+        for _ in 0..2 {
+            note_qp_completion_error("rxe0", 0x11, WcQueue::Send, 12, "RC send on QP 17: retry");
+        }
+        note_qp_completion_error(
+            "rxe0",
+            0x12,
+            WcQueue::Receive,
+            5,
+            "RC receive on QP 18: flush",
+        );
+        note_cq_overflow("rxe0", "rxe0: a completion queue failed (IBV_EVENT_CQ_ERR)");
+    }
     println!("ready {}", bus.counters_path().unwrap().display());
     std::io::stdout().flush().unwrap();
     if role == "live" {
@@ -183,7 +199,26 @@ fn a_live_bus_is_listed_and_shown_as_text_json_and_openmetrics() {
     assert_eq!(c["pub.md.messages"]["value"], 5);
     assert_eq!(c["pub.md.last_seq"]["kind"], "gauge");
     assert_eq!(c["sub.md.messages"]["kind"], "counter");
-    assert_eq!(c["bus.child-live.errors"]["value"], 4);
+    // 4 recorded, 3 completion errors and a CQ error.
+    assert_eq!(c["bus.child-live.errors"]["value"], 8);
+    assert_eq!(
+        c["qp.rxe0/0x11/send/retry_exc_err.completion_errors"]["value"], 2,
+        "{v}"
+    );
+    assert_eq!(
+        c["qp.rxe0/0x12/receive/wr_flush_err.completion_errors"]["value"],
+        1
+    );
+    assert_eq!(c["cq.rxe0.overflows"]["value"], 1);
+    assert_eq!(c["cq.rxe0.overflows"]["kind"], "counter");
+    let text = stat_ok(&["--dir", d, "--filter", r"^(qp|cq)\."]);
+    let shown: Vec<&str> = text.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(shown.len(), 3, "{text}");
+    assert!(
+        text.contains("qp.rxe0/0x11/send/retry_exc_err.completion_errors")
+            && text.contains("cq.rxe0.overflows"),
+        "{text}"
+    );
 
     // --watch: one object per line, rates of counters only.
     let out = stat_ok(&["--dir", d, "--json", "--watch", "10ms", "--count", "2"]);
@@ -257,6 +292,11 @@ fn a_live_bus_is_listed_and_shown_as_text_json_and_openmetrics() {
         "mdbus_rdma_port_port_rcv_errors_total{device=\"rxe9\",port=\"1\"} 4".to_string(),
         "mdbus_rdma_port_hw_rx_pause_total{device=\"rxe9\",port=\"1\"} 9".to_string(),
         "mdbus_rdma_port_link_downed_total{device=\"rxe9\",port=\"1\"} 1".to_string(),
+        format!(
+            "mdbus_qp_completion_errors_total{{bus=\"child-live\",pid=\"{pid}\",device=\"rxe0\",qp=\"0x11\",queue=\"send\",status=\"retry_exc_err\"}} 2"
+        ),
+        format!("mdbus_cq_overflows_total{{bus=\"child-live\",pid=\"{pid}\",device=\"rxe0\"}} 1"),
+        "# TYPE mdbus_qp_completion_errors counter".to_string(),
     ] {
         assert!(om.contains(&want), "no `{want}` in\n{om}");
     }

@@ -94,6 +94,53 @@ pub(super) fn refuse(id: CmId, channel: &str, why: &str, rejected: &mut u64) {
     );
 }
 
+/// Takes the id of connect request `ev` when the peer is allowed, with
+/// the hello it sent (or why it is not one); `None` for another event or
+/// a refused peer. The caller must keep the event's channel longer than
+/// the id.
+pub(super) fn screen_request(
+    lib: Lib,
+    ev: &CmEvent,
+    vcfg: &VerbsConfig,
+    channel: &str,
+    rejected: &mut u64,
+) -> Option<(CmId, std::result::Result<Hello, String>)> {
+    if ev.kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+        log::debug!("{channel}: rdma_cm {} while listening", ev.name());
+        return None;
+    }
+    // SAFETY: a connect request's id is new and ours to own; its channel
+    // outlives it (caller).
+    let id = unsafe { CmId::adopt(lib.cm, ev.id) }?;
+    if !allowed(&vcfg.allow_peers, peer_addr(&id)) {
+        refuse(id, channel, "not in verbs.allow_peers", rejected);
+        return None;
+    }
+    Some((id, Hello::decode(ev.private_data())))
+}
+
+/// `Ok` when an accepted connection's next event `ev` is ESTABLISHED;
+/// otherwise the set-up failure, or `timeout()` when none came.
+pub(super) fn established_or(
+    ev: Option<CmEvent>,
+    channel: &str,
+    peer: &str,
+    timeout: impl FnOnce() -> Error,
+) -> Result<()> {
+    match ev {
+        Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => Ok(()),
+        Some(ev) => Err(Error::PeerLost {
+            channel: channel.into(),
+            peer: peer.into(),
+            reason: format!(
+                "the connection failed during set-up: rdma_cm {}",
+                describe_event(&ev)
+            ),
+        }),
+        None => Err(timeout()),
+    }
+}
+
 /// "REJECTED (status 8: nobody listens on that port)".
 fn describe_event(ev: &CmEvent) -> String {
     let what = match (ev.kind, ev.status) {
@@ -106,7 +153,7 @@ fn describe_event(ev: &CmEvent) -> String {
 }
 
 /// Why a peer in another session mode is refused.
-fn mode_mismatch(peer: SessionMode, ours: SessionMode) -> String {
+pub(super) fn mode_mismatch(peer: SessionMode, ours: SessionMode) -> String {
     format!(
         "it runs the session in mode `{}`, this end in mode `{}` (sessions.NAME.mode must match)",
         peer.as_str(),
@@ -132,7 +179,7 @@ impl From<Error> for Attempt {
 
 /// The connect parameters of both ends: our hello, full transport
 /// retries, and no RNR retries (credits make an RNR a bug).
-fn conn_param(hello: &[u8]) -> ConnParam<'_> {
+pub(super) fn conn_param(hello: &[u8]) -> ConnParam<'_> {
     ConnParam {
         private: hello,
         retry_count: RETRY_COUNT,
@@ -155,6 +202,10 @@ impl RcSession {
     /// Listens on `cfg.address` and waits up to `cfg.connect_timeout` for
     /// the initiator of session `name`.
     pub fn accept(name: &str, cfg: &SessionConfig, vcfg: &VerbsConfig) -> Result<RcSession> {
+        if cfg.receive == crate::config::ReceiveMode::Shared {
+            let addr = session_addr(&format!("session `{name}`"), cfg, name)?;
+            return Self::accept_shared(name, cfg, vcfg, addr);
+        }
         let lib = lib()?;
         let channel = format!("session `{name}`");
         let addr = session_addr(&channel, cfg, name)?;
@@ -175,20 +226,11 @@ impl RcSession {
             let Some(ev) = events.next_until(deadline)? else {
                 return Err(timeout());
             };
-            if ev.kind != RDMA_CM_EVENT_CONNECT_REQUEST {
-                log::debug!("{channel}: rdma_cm {} while listening", ev.name());
-                continue;
-            }
-            // SAFETY: a connect request's id is new and ours to own; its
-            // channel is `events`, which the session keeps longer.
-            let Some(id) = (unsafe { CmId::adopt(lib.cm, ev.id) }) else {
+            // The session keeps `events` longer than the id.
+            let Some((id, hello)) = screen_request(lib, &ev, vcfg, &channel, &mut rejected) else {
                 continue;
             };
-            if !allowed(&vcfg.allow_peers, peer_addr(&id)) {
-                refuse(id, &channel, "not in verbs.allow_peers", &mut rejected);
-                continue;
-            }
-            match Hello::decode(ev.private_data()) {
+            match hello {
                 Ok(h) if h.name_hash == name_hash(name) && h.mode == cfg.mode => break (id, h),
                 Ok(h) if h.name_hash == name_hash(name) => refuse(
                     id,
@@ -226,20 +268,7 @@ impl RcSession {
                 }
             }
         };
-        match established {
-            Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => {}
-            Some(ev) => {
-                return Err(Error::PeerLost {
-                    channel,
-                    peer: peer_addr,
-                    reason: format!(
-                        "the connection failed during set-up: rdma_cm {}",
-                        describe_event(&ev)
-                    ),
-                })
-            }
-            None => return Err(timeout()),
-        }
+        established_or(established, &channel, &peer_addr, timeout)?;
         drop(listener);
         Ok(RcSession::new(
             channel, parts, id, events, peer, peer_addr, cfg, vcfg, rejected,

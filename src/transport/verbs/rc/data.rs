@@ -297,7 +297,7 @@ impl RcSession {
     }
 
     /// Tells the peer the new receive-buffer count, if it changed.
-    fn announce(&mut self) {
+    pub(super) fn announce(&mut self) {
         let Some(count) = self.receipts.to_announce() else {
             return;
         };
@@ -322,9 +322,13 @@ impl RcSession {
     }
 
     /// Reposts the consumed receive buffers as one chain, then announces.
-    fn repost(&mut self) {
+    pub(super) fn repost(&mut self) {
         let n = self.receipts.unposted();
         if n == 0 || self.disconnected || self.end.is_some() {
+            return;
+        }
+        if self.shared.is_some() {
+            self.repost_shared(n);
             return;
         }
         let posted = match (self.mode, self.imm.as_mut()) {
@@ -344,6 +348,36 @@ impl RcSession {
         }
         self.receipts.reposted(n);
         self.announce();
+    }
+}
+
+impl RcSession {
+    /// Checks the message in receive buffer `buf` and hands it to `f`; the
+    /// caller then counts the buffer consumed.
+    #[inline]
+    pub(super) fn deliver<F: FnMut(Message<'_>)>(&mut self, buf: &[u8], f: &mut F) -> Result<()> {
+        let (h, payload) = match Header::decode(buf) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail(End::Protocol(format!("message {}: {e}", self.expect_seq)));
+                return Err(self.ended().expect("a failure was recorded"));
+            }
+        };
+        if h.seq != self.expect_seq {
+            self.fail(End::Protocol(format!(
+                "message {} arrived where {} was expected",
+                h.seq, self.expect_seq
+            )));
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        f(Message {
+            seq: h.seq,
+            flags: h.flags,
+            timestamp: h.timestamp,
+            payload,
+        });
+        self.expect_seq += 1;
+        Ok(())
     }
 }
 
@@ -617,6 +651,14 @@ impl RcSession {
         let mut n = 0;
         let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; WC_BATCH];
         while n < max {
+            if self.shared.is_some() {
+                let got = self.poll_shared(max - n, f)?;
+                if got == 0 {
+                    break;
+                }
+                n += got;
+                continue;
+            }
             let want = (max - n).min(WC_BATCH);
             let done = match self.recv_cq.poll(&mut wcs[..want]) {
                 Ok(d) => d,
@@ -669,27 +711,7 @@ impl RcSession {
         // SAFETY: a successful completion hands the buffer back; it is
         // reposted only after the callback returns.
         let buf = unsafe { self.ring.buffer(wc.wr_id, wc.byte_len) };
-        let (h, payload) = match Header::decode(buf) {
-            Ok(x) => x,
-            Err(e) => {
-                self.fail(End::Protocol(format!("message {}: {e}", self.expect_seq)));
-                return Err(self.ended().expect("a failure was recorded"));
-            }
-        };
-        if h.seq != self.expect_seq {
-            self.fail(End::Protocol(format!(
-                "message {} arrived where {} was expected",
-                h.seq, self.expect_seq
-            )));
-            return Err(self.ended().expect("a failure was recorded"));
-        }
-        f(Message {
-            seq: h.seq,
-            flags: h.flags,
-            timestamp: h.timestamp,
-            payload,
-        });
-        self.expect_seq += 1;
+        self.deliver(buf, f)?;
         if self.receipts.consumed() {
             self.repost();
         }

@@ -13,6 +13,7 @@ use super::super::cm::CmId;
 use super::super::errors;
 use super::connect::refuse;
 use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT};
+use crate::counters::registry::WcQueue;
 use crate::error::{Error, Result};
 
 /// Quiet time after which unsignaled requests are confirmed with one
@@ -89,7 +90,15 @@ impl RcSession {
     /// it when there was one.
     #[cold]
     pub(super) fn wc_failed(&mut self, wc: &ibv_wc, what: &'static str) {
-        crate::counters::registry::note_completion_error(
+        let queue = if what == "send" {
+            WcQueue::Send
+        } else {
+            WcQueue::Receive
+        };
+        crate::counters::registry::note_qp_completion_error(
+            &self.cold.device,
+            wc.qp_num,
+            queue,
             wc.status,
             &format!(
                 "RC {what} on QP {}: {}",

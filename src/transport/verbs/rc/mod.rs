@@ -3,7 +3,9 @@
 //! Each end owns one event channel, one cm id, one protection domain, two
 //! completion queues (sends, receives), three registered pools and one RC
 //! queue pair. Nothing is shared between handles; the handle is `Send` and
-//! its owner thread polls everything itself.
+//! its owner thread polls everything itself. The exception is an acceptor
+//! with `receive = "shared"` (`shared`): its sessions share one domain,
+//! shared receive queue and receive completion queue, and one thread.
 //!
 //! Messages are the 24-byte [`wire`](crate::wire) header and the payload,
 //! one `SEND` each. `try_claim` hands out the payload area of the send slot
@@ -40,6 +42,7 @@ mod end;
 mod hello;
 mod ring;
 mod setup;
+mod shared;
 
 use std::time::{Duration, Instant};
 
@@ -142,6 +145,10 @@ pub struct RcSession {
     send_cq: Cq,
     recv_cq: Cq,
     ring: RecvRing,
+    /// Set when the receives come through the acceptor's shared receive
+    /// queue (`receive = "shared"`), which then replaces `recv_cq` and
+    /// `ring`.
+    shared: Option<shared::Member>,
     cold: Box<Cold>,
 }
 
@@ -167,11 +174,15 @@ struct Cold {
     peer_addr: String,
     // Teardown order: pools, PD, id, channel.
     _send_mem: Region,
-    _recv_mem: Region,
+    _recv_mem: Option<Region>,
     _ctrl_mem: Region,
-    _pd: Pd,
+    _pd: Option<Pd>,
     id: CmId,
     events: EventChannel,
+    /// The place among its acceptor's sessions of a session on a shared
+    /// receive queue; dropped last, after the queue pair and the memory
+    /// registered in the acceptor's domain.
+    membership: Option<shared::Membership>,
 }
 
 // SAFETY: the session exclusively owns every verbs object and pool its raw

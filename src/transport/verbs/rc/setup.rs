@@ -15,6 +15,7 @@ use super::super::pd::Pd;
 use super::super::qp::{Caps, CmQp};
 use super::super::recv_ring::RecvRing;
 use super::super::send_queue::SendQueue;
+use super::super::srq::Srq;
 use super::super::{device, errors, Lib};
 use super::hello::{name_hash, Hello};
 use super::ring::{ring_slot, ImmRecvs, RingIn};
@@ -22,6 +23,15 @@ use super::{Cold, KeepAlive, RcSession, CTRL_LEN, CTRL_REMOTE_LEN, SQ_SLACK};
 use crate::config::{SessionConfig, SessionMode, VerbsConfig};
 use crate::error::Result;
 use crate::transport::slot_size;
+
+/// What the sessions of one acceptor share when they receive through its
+/// shared receive queue.
+#[derive(Clone, Copy)]
+pub(super) struct SharedParts<'a> {
+    pub(super) pd: &'a Pd,
+    pub(super) cq: &'a Cq,
+    pub(super) srq: &'a Srq,
+}
 
 /// The verbs objects of one end, in teardown order: the queue pair before
 /// the queues and pools it points into, everything before the protection
@@ -32,11 +42,13 @@ pub(super) struct Parts {
     pub(super) send_cq: Cq,
     pub(super) recv_cq: Cq,
     pub(super) send_mem: Region,
-    // Held for its registration; reached through `ring`.
-    pub(super) _recv_mem: Region,
+    // Held for its registration; reached through `ring`. None when the
+    // session receives through a shared receive queue.
+    pub(super) _recv_mem: Option<Region>,
     pub(super) ctrl_mem: Region,
-    // Held so it is deallocated last.
-    pub(super) _pd: Pd,
+    // Held so it is deallocated last; None on a shared receive queue,
+    // whose acceptor owns the domain.
+    pub(super) _pd: Option<Pd>,
     pub(super) ring: RecvRing,
     pub(super) caps: Caps,
     pub(super) device: String,
@@ -58,6 +70,26 @@ impl Parts {
         cfg: &SessionConfig,
         vcfg: &VerbsConfig,
         name: &str,
+    ) -> Result<Parts> {
+        // SAFETY: no shared receive queue.
+        unsafe { Self::build_in(lib, id, cfg, vcfg, name, None) }
+    }
+
+    /// [`build`](Self::build), with the queue pair receiving through the
+    /// shared receive queue `shared` (its domain, queue and completion
+    /// queue) instead of a ring of its own: `cfg.capacity` is then the
+    /// share of that queue this session's peer is granted.
+    ///
+    /// # Safety
+    /// With `shared`, its objects must be on `id`'s device and outlive the
+    /// returned parts.
+    pub(super) unsafe fn build_in(
+        lib: Lib,
+        id: &CmId,
+        cfg: &SessionConfig,
+        vcfg: &VerbsConfig,
+        name: &str,
+        shared: Option<SharedParts<'_>>,
     ) -> Result<Parts> {
         let device = id.device_name(lib.verbs);
         super::super::note_overrides(&format!("session `{name}`"), vcfg, &device);
@@ -104,11 +136,24 @@ impl Parts {
         // the id's live context and stored in `Parts`, whose field order
         // drops each before what it depends on; the id outlives `Parts`
         // (the caller keeps it and drops it later).
-        let pd = unsafe { Pd::alloc(lib.verbs, ctx, &device) }?;
+        let own_pd = match shared {
+            // SAFETY: as above.
+            None => Some(unsafe { Pd::alloc(lib.verbs, ctx, &device) }?),
+            Some(_) => None,
+        };
+        let pd = match (&own_pd, shared) {
+            (Some(pd), _) => pd,
+            (None, Some(sh)) => sh.pd,
+            (None, None) => unreachable!("a domain was allocated"),
+        };
         // SAFETY: as above.
         let send_cq = unsafe { Cq::new(lib.verbs, ctx, sq_depth as usize, &device) }?;
-        // SAFETY: as above.
-        let recv_cq = unsafe { Cq::new(lib.verbs, ctx, recv_depth as usize, &device) }?;
+        let recv_cq = match shared {
+            // SAFETY: the shared queue outlives the parts (caller).
+            Some(sh) => unsafe { Cq::alias(sh.cq) },
+            // SAFETY: as above.
+            None => unsafe { Cq::new(lib.verbs, ctx, recv_depth as usize, &device) }?,
+        };
         // The NIC only reads the send pool: no access flags. The receive
         // pool takes local writes. Only the small control block may be
         // written by the peer.
@@ -116,43 +161,47 @@ impl Parts {
         let send_mem = unsafe {
             Region::new(
                 lib.verbs,
-                &pd,
+                pd,
                 sq_depth as usize * slot + CTRL_LEN,
                 0,
                 "the send pool",
                 &device,
             )
         }?;
-        // Send mode: receive buffers, local writes only. Ring modes: the
-        // ring the peer writes messages into, registered on its own and to
-        // the byte, so the peer's rkey reaches exactly the ring.
-        // SAFETY: as above.
-        let recv_mem = unsafe {
-            if ring_mode {
-                Region::new_exact(
-                    lib.verbs,
-                    &pd,
-                    recv_depth as usize * slot,
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                    "the message ring",
-                    &device,
-                )
-            } else {
-                Region::new(
-                    lib.verbs,
-                    &pd,
-                    recv_depth as usize * slot,
-                    IBV_ACCESS_LOCAL_WRITE,
-                    "the receive pool",
-                    &device,
-                )
-            }
-        }?;
+        // Send mode: receive buffers, local writes only (none of its own
+        // with a shared receive queue). Ring modes: the ring the peer writes
+        // messages into, registered on its own and to the byte, so the
+        // peer's rkey reaches exactly the ring.
+        let recv_mem = match shared {
+            Some(_) => None,
+            // SAFETY: as above.
+            None => Some(unsafe {
+                if ring_mode {
+                    Region::new_exact(
+                        lib.verbs,
+                        pd,
+                        recv_depth as usize * slot,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                        "the message ring",
+                        &device,
+                    )
+                } else {
+                    Region::new(
+                        lib.verbs,
+                        pd,
+                        recv_depth as usize * slot,
+                        IBV_ACCESS_LOCAL_WRITE,
+                        "the receive pool",
+                        &device,
+                    )
+                }
+            }?),
+        };
         // SAFETY: as above.
         let ctrl_mem = unsafe {
             Region::new_exact(
                 lib.verbs,
-                &pd,
+                pd,
                 CTRL_REMOTE_LEN,
                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                 "the control block",
@@ -172,11 +221,19 @@ impl Parts {
                 inline,
             };
             // SAFETY: as above; the PD and queues are on the id's device.
-            match unsafe {
-                CmQp::create(
-                    lib.cm, id, &pd, &send_cq, &recv_cq, IBV_QPT_RC, want, &device,
-                )
-            } {
+            let made = match shared {
+                // SAFETY: as above; the shared queue is in `pd`.
+                Some(sh) => unsafe {
+                    CmQp::create_on_srq(lib.cm, id, pd, &send_cq, sh.cq, sh.srq, want, &device)
+                },
+                // SAFETY: as above.
+                None => unsafe {
+                    CmQp::create(
+                        lib.cm, id, pd, &send_cq, &recv_cq, IBV_QPT_RC, want, &device,
+                    )
+                },
+            };
+            match made {
                 Ok(x) => break x,
                 // Some devices refuse an inline size they cannot do rather
                 // than grant less: ask for less.
@@ -191,22 +248,29 @@ impl Parts {
             }
         };
         // Ring modes post no buffers: an empty ring of receive buffers.
-        let mut ring = RecvRing::new(&recv_mem, if ring_mode { 0 } else { recv_depth }, slot);
         let mut imm = (mode == SessionMode::WriteImm).then(|| ImmRecvs::new(recv_depth));
-        let posted = match imm.as_mut() {
-            Some(imm) => imm.post(&mut qp, recv_depth),
-            // SAFETY: at start-up no buffer has been posted or handed out.
-            None if !ring_mode => unsafe { ring.post(&mut qp, recv_depth) },
-            None => Ok(()),
+        let ring = match &recv_mem {
+            Some(mem) => {
+                let mut ring = RecvRing::new(mem, if ring_mode { 0 } else { recv_depth }, slot);
+                let posted = match imm.as_mut() {
+                    Some(imm) => imm.post(&mut qp, recv_depth),
+                    // SAFETY: at start-up no buffer has been posted or
+                    // handed out.
+                    None if !ring_mode => unsafe { ring.post(&mut qp, recv_depth) },
+                    None => Ok(()),
+                };
+                if let Err(e) = posted {
+                    return Err(errors::os(
+                        "ibv_post_recv of the receive ring",
+                        &device,
+                        Some(qp.num()),
+                        e,
+                    ));
+                }
+                ring
+            }
+            None => RecvRing::empty(),
         };
-        if let Err(e) = posted {
-            return Err(errors::os(
-                "ibv_post_recv of the receive ring",
-                &device,
-                Some(qp.num()),
-                e,
-            ));
-        }
         Ok(Parts {
             qp,
             send_cq,
@@ -214,7 +278,7 @@ impl Parts {
             send_mem,
             _recv_mem: recv_mem,
             ctrl_mem,
-            _pd: pd,
+            _pd: own_pd,
             ring,
             caps,
             device,
@@ -236,15 +300,13 @@ impl Parts {
             ctrl_rkey: self.ctrl_mem.rkey(),
             ctrl_addr: self.ctrl_mem.ptr() as u64,
             mode: self.mode,
-            ring_rkey: if self.mode == SessionMode::Send {
-                0
-            } else {
-                self._recv_mem.rkey()
+            ring_rkey: match (&self._recv_mem, self.mode) {
+                (Some(ring), SessionMode::Write | SessionMode::WriteImm) => ring.rkey(),
+                _ => 0,
             },
-            ring_addr: if self.mode == SessionMode::Send {
-                0
-            } else {
-                self._recv_mem.ptr() as u64
+            ring_addr: match (&self._recv_mem, self.mode) {
+                (Some(ring), SessionMode::Write | SessionMode::WriteImm) => ring.ptr() as u64,
+                _ => 0,
             },
         }
     }
@@ -303,8 +365,10 @@ impl RcSession {
             )
         };
         let ring_mode = parts.mode != SessionMode::Send;
-        let ring_in =
-            ring_mode.then(|| RingIn::new(parts._recv_mem.ptr(), parts.slot, parts.recv_depth));
+        let ring_in = match (&parts._recv_mem, ring_mode) {
+            (Some(ring), true) => Some(RingIn::new(ring.ptr(), parts.slot, parts.recv_depth)),
+            _ => None,
+        };
         let now = Instant::now();
         RcSession {
             mode: parts.mode,
@@ -368,7 +432,9 @@ impl RcSession {
                 _pd: parts._pd,
                 id,
                 events,
+                membership: None,
             }),
+            shared: None,
         }
     }
 }
