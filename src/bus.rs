@@ -109,7 +109,7 @@ impl Bus {
 
     /// Slots for a new handle; none when the bus has no counters file or
     /// it is full (logged: the handle works, uncounted).
-    fn slots(&self, role: Role, name: &str) -> Option<Slots> {
+    pub(crate) fn slots(&self, role: Role, name: &str) -> Option<Slots> {
         let c = self.counters.as_ref()?;
         match c.open(role, name) {
             Ok(s) => Some(s),

@@ -701,7 +701,7 @@ pub struct CountersConfig {
     /// missing); `mdbus-stat list` looks here.
     pub dir: PathBuf,
     /// Slots in the file: each publisher takes 37, each subscriber 51, each
-    /// session end 8, the bus 6.
+    /// session end 8, an archive recorder or replay service 11, the bus 6.
     pub slots: usize,
     /// The owner name shown by `mdbus-stat`; empty: the process's name.
     pub name: String,

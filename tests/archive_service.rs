@@ -450,3 +450,53 @@ fn a_requester_rejects_what_a_hostile_service_sends() {
     });
     assert!(e.contains("a 8-byte message of kind 9"), "{e}");
 }
+
+#[test]
+fn the_recorder_and_the_service_show_their_counters_in_the_counters_file() {
+    let d = dir("counted");
+    let mut cfg = Config::from_toml_str(
+        &format!(
+            "transport = \"shm\"\n[shm]\nprefix = \"mdbus-svc-cnt-{}\"\n[sessions.{SERVICE}]\n\
+             connect_timeout = \"300ms\"\nmax_message = 8192\ncapacity = 256\n\
+             [streams.md]\ncapacity = {CAPACITY}\nmax_message = 64\n\
+             [streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\nreplay_service = \"{SERVICE}\"\n",
+            std::process::id(),
+            d.join("archive").display()
+        ),
+        "<test>",
+    )
+    .unwrap();
+    cfg.counters.dir = d.join("counters");
+    let bus = Bus::new(cfg).unwrap();
+    let recorder = recorded(&bus, 3000);
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let mut src = RemoteSource::connect(&bus, SERVICE).unwrap();
+    src.seek(1).unwrap();
+    assert_eq!(read_all(&mut src, 3000), 3000);
+    drop(src);
+    wait_active(&service, 0);
+    let st = service.stats();
+    drop(service);
+    let rec = recorder.stop();
+
+    let r = mdbus::counters::CountersReader::open(bus.counters_path().unwrap()).unwrap();
+    let value = |label: &str| {
+        let i = r
+            .index_of(label)
+            .unwrap_or_else(|| panic!("no {label} in {:?}", r.labels()));
+        r.value(i).unwrap()
+    };
+    assert_eq!(value("rec.md.recorded"), 3000);
+    assert_eq!(value("rec.md.last_seq"), 3000);
+    assert_eq!(value("rec.md.bytes"), rec.bytes);
+    assert_eq!(value("rec.md.gaps"), 0);
+    assert_eq!(value("rec.md.open"), 0, "the recorder stopped");
+    assert_eq!(value("replay.md.requesters"), 1);
+    assert_eq!(value("replay.md.requests"), 1);
+    assert_eq!(value("replay.md.active"), 0);
+    assert_eq!(value("replay.md.messages"), st.messages);
+    assert!(st.messages >= 3000, "{st:?}");
+    assert_eq!(value("replay.md.bad_requests"), 0);
+    drop(bus);
+    std::fs::remove_dir_all(&d).unwrap();
+}

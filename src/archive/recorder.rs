@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::{ArchiveConfig, ArchiveError, ArchiveWriter};
 use crate::config::{LateJoin, StreamConfig};
+use crate::counters::registry::{Role, Slots};
 use crate::message::Event;
 use crate::{Bus, Subscriber};
 
@@ -82,7 +83,10 @@ impl Recorder {
             ..bus.config().stream(name)
         };
         let sub = bus.subscriber_with(name, &stream)?;
-        Ok(Recorder::from_subscriber(sub, &cfg)?)
+        // Its counters (`rec.NAME.`) in the bus's counters file, for
+        // mdbus-stat.
+        let slots = bus.slots(Role::Archive, name);
+        Ok(Recorder::spawn(sub, &cfg, slots)?)
     }
 
     /// Records what `subscriber` receives into the archive `cfg`
@@ -90,6 +94,14 @@ impl Recorder {
     pub fn from_subscriber(
         subscriber: Subscriber,
         cfg: &ArchiveConfig,
+    ) -> Result<Recorder, ArchiveError> {
+        Recorder::spawn(subscriber, cfg, None)
+    }
+
+    fn spawn(
+        subscriber: Subscriber,
+        cfg: &ArchiveConfig,
+        slots: Option<Slots>,
     ) -> Result<Recorder, ArchiveError> {
         let writer = ArchiveWriter::open(cfg)?;
         let shared = Arc::new(Shared::default());
@@ -102,9 +114,13 @@ impl Recorder {
         let thread = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
             .spawn(move || {
-                let r = run(subscriber, writer, &s);
+                let r = run(subscriber, writer, &s, slots.as_ref());
                 if let Err(e) = r {
                     log::error!("recorder stopped: {e}");
+                    if let Some(slots) = &slots {
+                        slots.set(ARCHIVE_ERRORS, 1);
+                        slots.record_error(&format!("recorder stopped: {e}"));
+                    }
                     *s.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 }
                 s.running.store(false, Relaxed);
@@ -158,8 +174,32 @@ impl Drop for Recorder {
     }
 }
 
-fn run(mut sub: Subscriber, mut w: ArchiveWriter, s: &Shared) -> Result<(), ArchiveError> {
+/// The `errors` slot of [`crate::counters::registry::ARCHIVE`].
+const ARCHIVE_ERRORS: usize = crate::counters::registry::ARCHIVE.len() - 1;
+
+/// Copies the recorder's counters into its slots of the counters file.
+fn mirror(slots: &Slots, s: &Shared) {
+    slots.set_after_open(&[
+        s.recorded.load(Relaxed),
+        s.bytes.load(Relaxed),
+        s.last_seq.load(Relaxed),
+        s.overruns.load(Relaxed),
+        s.overrun_messages.load(Relaxed),
+        s.gaps.load(Relaxed),
+        s.gap_messages.load(Relaxed),
+        s.syncs.load(Relaxed),
+        s.already.load(Relaxed),
+    ]);
+}
+
+fn run(
+    mut sub: Subscriber,
+    mut w: ArchiveWriter,
+    s: &Shared,
+    slots: Option<&Slots>,
+) -> Result<(), ArchiveError> {
     let mut idle = 0u32;
+    let mut polls = 0u64;
     let mut failed: Option<ArchiveError> = None;
     let mut restarted = false;
     loop {
@@ -217,6 +257,13 @@ fn run(mut sub: Subscriber, mut w: ArchiveWriter, s: &Shared) -> Result<(), Arch
         s.recorded.store(st.records, Relaxed);
         s.bytes.store(st.bytes, Relaxed);
         s.syncs.store(st.syncs, Relaxed);
+        polls = polls.wrapping_add(1);
+        if let Some(slots) = slots {
+            // Every idle poll (cheap then) and every MIRROR_EVERY busy ones.
+            if n == 0 || polls % crate::counters::registry::MIRROR_EVERY == 0 {
+                mirror(slots, s);
+            }
+        }
         if let Some(e) = failed.take() {
             return Err(e);
         }
@@ -235,6 +282,9 @@ fn run(mut sub: Subscriber, mut w: ArchiveWriter, s: &Shared) -> Result<(), Arch
             if stopping {
                 w.sync()?;
                 s.syncs.store(w.stats().syncs, Relaxed);
+                if let Some(slots) = slots {
+                    mirror(slots, s);
+                }
                 return Ok(());
             }
             idle += 1;

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{ArchiveError, ArchiveReader, Item, ReaderStats};
+use crate::counters::registry::{Role, Slots};
 use crate::message::Message;
 use crate::{Bus, Error, Session};
 
@@ -92,6 +93,30 @@ struct Shared {
     gaps: AtomicU64,
     errors: AtomicU64,
     stop: AtomicBool,
+    /// Its slots in the bus's counters file (`replay.STREAM.`), if any.
+    slots: Option<Slots>,
+}
+
+impl Shared {
+    /// Copies the counters into the counters file, for mdbus-stat: each
+    /// time the acceptor looks for a requester (at least once per
+    /// session `connect_timeout`) and when a requester leaves.
+    fn mirror(&self) {
+        let Some(slots) = &self.slots else { return };
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        slots.set_after_open(&[
+            l(&self.requesters),
+            l(&self.requests),
+            self.active.load(Ordering::Relaxed) as u64,
+            l(&self.refused),
+            l(&self.bad_requests),
+            l(&self.throttled),
+            l(&self.messages),
+            l(&self.bytes),
+            l(&self.gaps),
+            l(&self.errors),
+        ]);
+    }
 }
 
 /// What a service is configured with (from the stream's archive section).
@@ -147,7 +172,10 @@ impl ReplayService {
             rate: a.replay_rate_limit,
             max_requesters: a.replay_max_requesters,
         };
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            slots: bus.slots(Role::ReplayService, name),
+            ..Shared::default()
+        });
         let bus = bus.clone();
         let sh = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -191,6 +219,7 @@ impl Drop for ReplayService {
 fn accept_loop(bus: &Bus, s: &Settings, shared: &Arc<Shared>) {
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     while !shared.stop.load(Ordering::Acquire) {
+        shared.mirror();
         workers.retain(|w| !w.is_finished());
         let mut session = match bus.session_accept(&s.session) {
             Ok(x) => x,
@@ -229,6 +258,7 @@ fn accept_loop(bus: &Bus, s: &Settings, shared: &Arc<Shared>) {
                 }
                 session.close();
                 sh.active.fetch_sub(1, Ordering::AcqRel);
+                sh.mirror();
             });
         match spawned {
             Ok(w) => workers.push(w),
@@ -242,6 +272,7 @@ fn accept_loop(bus: &Bus, s: &Settings, shared: &Arc<Shared>) {
     for w in workers {
         let _ = w.join();
     }
+    shared.mirror();
 }
 
 fn send_error(session: &mut Session, id: u32, reason: &str) -> crate::Result<()> {

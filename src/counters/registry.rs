@@ -92,6 +92,35 @@ pub const SUBSCRIBER_RECOVERY: [(&str, Kind); 16] = [
     ("join_skipped", C),
     ("reassembly_evictions", C),
 ];
+/// Slots of a stream's archive recorder, in order (`rec.STREAM.`).
+pub const ARCHIVE: [(&str, Kind); 11] = [
+    ("open", G),
+    ("recorded", C),
+    ("bytes", C),
+    ("last_seq", G),
+    ("overruns", C),
+    ("overrun_messages", C),
+    ("gaps", C),
+    ("gap_messages", C),
+    ("syncs", C),
+    ("already_recorded", C),
+    ("errors", C),
+];
+/// Slots of a stream's archive replay service, in order
+/// (`replay.STREAM.`).
+pub const REPLAY_SERVICE: [(&str, Kind); 11] = [
+    ("open", G),
+    ("requesters", C),
+    ("requests", C),
+    ("active", G),
+    ("refused", C),
+    ("bad_requests", C),
+    ("throttled", C),
+    ("messages", C),
+    ("bytes", C),
+    ("gaps", C),
+    ("errors", C),
+];
 /// Slots of a session end, in order.
 pub const SESSION: [(&str, Kind); 8] = [
     ("open", G),
@@ -195,6 +224,10 @@ pub enum Role {
     Subscriber,
     /// A session end (`sess.`).
     Session,
+    /// A stream's archive recorder (`rec.`).
+    Archive,
+    /// A stream's archive replay service (`replay.`).
+    ReplayService,
 }
 
 impl Role {
@@ -203,6 +236,8 @@ impl Role {
             Role::Publisher => "pub",
             Role::Subscriber => "sub",
             Role::Session => "sess",
+            Role::Archive => "rec",
+            Role::ReplayService => "replay",
         }
     }
 
@@ -223,6 +258,8 @@ impl Role {
                 .chain(drops)
                 .collect(),
             Role::Session => SESSION.to_vec(),
+            Role::Archive => ARCHIVE.to_vec(),
+            Role::ReplayService => REPLAY_SERVICE.to_vec(),
         }
     }
 }
@@ -392,12 +429,14 @@ impl BusCounters {
         let recovery = match role {
             Role::Publisher => Some(publisher::RECOVERY),
             Role::Subscriber => Some(subscriber::RECOVERY),
-            Role::Session => None,
+            Role::Session | Role::Archive | Role::ReplayService => None,
         };
         let errors = match role {
             Role::Publisher => publisher::ERRORS,
             Role::Subscriber => subscriber::ERRORS,
             Role::Session => session::ERRORS,
+            Role::Archive => ARCHIVE.len() - 1,
+            Role::ReplayService => REPLAY_SERVICE.len() - 1,
         };
         Ok(Slots {
             bus: Arc::clone(self),
@@ -410,10 +449,11 @@ impl BusCounters {
             drops_seen: 0,
             channel: format!(
                 "{} `{channel}`",
-                if role == Role::Session {
-                    "session"
-                } else {
-                    "stream"
+                match role {
+                    Role::Session => "session",
+                    Role::Archive => "archive of stream",
+                    Role::ReplayService => "replay service of stream",
+                    Role::Publisher | Role::Subscriber => "stream",
                 }
             ),
         })
@@ -620,6 +660,21 @@ impl Slots {
             self.bus
                 .file
                 .set_relaxed(self.base + i, o.wrapping_add(value));
+        }
+    }
+
+    /// Writes `text` to the bus's error log (a failure of the handle's
+    /// owner that is not an [`Error`] returned to an application).
+    pub fn record_error(&self, text: &str) {
+        self.bus.record_error(text);
+    }
+
+    /// Stores `values` in the slots after `open` (slot 0), in the order of
+    /// the role's slot list: for handles whose owner keeps its own
+    /// counters and copies them in now and then.
+    pub fn set_after_open(&self, values: &[u64]) {
+        for (i, v) in values.iter().enumerate() {
+            self.set(i + 1, *v);
         }
     }
 

@@ -9,7 +9,8 @@
 //! | `sub` | `mdbus_subscriber_` | `stream` |
 //! | `sess` | `mdbus_session_` | `session` |
 //! | `stream` (mdbus-relay) | `mdbus_stream_` | `stream` |
-//! | `rec` (a recorder) | `mdbus_recorder_` | `stream` |
+//! | `rec` (an archive recorder) | `mdbus_recorder_` | `stream` |
+//! | `replay` (an archive replay service) | `mdbus_replay_service_` | `stream` |
 //! | `bus` | `mdbus_bus_` | (none: the owner is `bus`) |
 //! | `wc` | `mdbus_wc_` | `status` (work completion status) |
 //! | `port` | `mdbus_port_` | `device`, `port` |
@@ -79,6 +80,7 @@ pub fn name_of(label: &str) -> Named {
         "sess" => ("session".into(), Some("session")),
         "stream" => ("stream".into(), Some("stream")),
         "rec" => ("recorder".into(), Some("stream")),
+        "replay" => ("replay_service".into(), Some("stream")),
         "bus" => ("bus".into(), None),
         "wc" => ("wc".into(), Some("status")),
         "port" => ("port".into(), None),
@@ -260,6 +262,11 @@ mod tests {
                 ("instance", "2".into())
             ]
         );
+        let n = name_of("replay.md.messages");
+        assert_eq!(n.family, "mdbus_replay_service_messages");
+        assert_eq!(n.labels, [("stream", "md".to_string())]);
+        let n = name_of("rec.md.last_seq");
+        assert_eq!(n.family, "mdbus_recorder_last_seq");
         let n = name_of("port.mlx5_0/1.open");
         assert_eq!(n.family, "mdbus_port_open");
         assert_eq!(
