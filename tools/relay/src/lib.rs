@@ -25,6 +25,7 @@
 //! socket, creates every publisher and the counters file, so mistakes show
 //! up at once), then [`Relay::run`] it on the thread that should poll.
 
+pub mod archive;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -164,6 +164,15 @@ impl Pipeline {
         &self.names
     }
 
+    /// The last sequence published on stream `name` (0: none, or no such
+    /// stream).
+    pub fn last_seq(&self, name: &str) -> u64 {
+        self.publishers
+            .iter()
+            .find(|p| p.name() == name)
+            .map_or(0, |p| p.next_seq().saturating_sub(1))
+    }
+
     /// Starts a datagram that arrived at `arrival_ns` (`CLOCK_REALTIME`).
     #[inline]
     pub fn begin_packet(&mut self, arrival_ns: u64) {

@@ -19,6 +19,7 @@ use mdbus_feed::pcap::{CaptureReader, CaptureStats};
 use mdbus_tool_support::output::LatencyNs;
 use serde::Serialize;
 
+use super::archive::Archives;
 use super::config::{InputKind, Pace, RelayConfig};
 use super::ingest::{self, LiveSockets, RecvBatch, Sink};
 use super::input::{self, StopWhen, WakingFile};
@@ -210,6 +211,7 @@ pub struct Relay {
     pipeline: Pipeline,
     input: Input,
     counters: Option<CountersFile>,
+    archives: Archives,
 }
 
 impl std::fmt::Debug for Relay {
@@ -294,6 +296,9 @@ impl Relay {
                 source: e,
             })?);
         }
+        // Recorders start once the publishers exist (they subscribe from
+        // the oldest message a stream retains).
+        let archives = Archives::start(&bus, &names)?;
         let passthrough = if config.passthrough.enabled {
             Some(Passthrough::open(&config.passthrough)?)
         } else {
@@ -323,6 +328,7 @@ impl Relay {
             config,
             input,
             counters,
+            archives,
         })
     }
 
@@ -439,6 +445,10 @@ impl Relay {
         let secs = (monotonic_ns() - start) as f64 / 1e9;
         self.pipeline.log_source_gaps();
         self.pipeline.finish_recording()?;
+        let pipeline = &self.pipeline;
+        let archive_loss = self
+            .archives
+            .finish(|stream| pipeline.last_seq(stream), &opts.stop);
         self.refresh(&state.upstream);
         let counters = self.pipeline.snapshot(&state.upstream);
         let mut summary = Summary {
@@ -453,7 +463,10 @@ impl Relay {
             counters,
             latency: LatencyNs::of(self.pipeline.latency().histogram()),
         };
-        summary.data_lost = summary.loss();
+        summary.data_lost = match (summary.loss(), archive_loss) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
         Ok(summary)
     }
 

@@ -332,6 +332,55 @@ fn a_recording_holds_every_routed_message_in_sequence_order() {
     assert_eq!(seen, messages.len());
 }
 
+/// With `[bus.archive]` set, every stream the relay publishes is recorded
+/// into its own archive, whole and in order; a second run into the same
+/// archives is refused (its streams number from 1 again).
+#[test]
+fn archived_streams_hold_what_their_subscribers_received() {
+    let scratch = Scratch::new("archive");
+    let messages = session(10, 3_000, 12);
+    let file = scratch.path("day.itch");
+    write_binaryfile(&file, &messages);
+    let archive = scratch.path("archive");
+    let text = |input: &str| {
+        format!(
+            "{input}\n[counters]\npath = \"\"\nlog_interval = \"0s\"\n[thread]\npin = false\n{}\
+             [bus.archive]\ndir = \"{}\"\n{ROUTING}",
+            scratch.shm_bus(CAPACITY),
+            archive.display()
+        )
+    };
+    let input = format!(
+        "[input]\nkind = \"binaryfile\"\npath = \"{}\"",
+        file.display()
+    );
+    let cfg = RelayConfig::from_toml_str(&text(&input), "<test>").unwrap();
+    let (summary, received) = relay(cfg.clone());
+    assert_eq!(summary.data_lost, None);
+    for s in STREAMS {
+        let got = &received[s].messages;
+        assert!(!got.is_empty(), "stream {s} received nothing");
+        let mut r = mdbus::archive::ArchiveReader::open(archive.join(s)).unwrap();
+        r.seek(1).unwrap();
+        let mut n = 0usize;
+        while let Some(item) = r.next_item().unwrap() {
+            let mdbus::archive::Item::Message(m) = item else {
+                panic!("stream {s}: a gap in the archive");
+            };
+            assert_eq!(m.seq(), n as u64 + 1, "stream {s}");
+            let rm = mdbus_relay::RelayMessage::parse(m.payload()).unwrap();
+            assert_eq!((rm.sequence, rm.itch), (got[n].0, &got[n].1[..]), "stream {s}");
+            n += 1;
+        }
+        assert_eq!(n, got.len(), "stream {s}: archived all it received");
+    }
+    let e = Relay::new(cfg, "<test>").unwrap_err().to_string();
+    assert!(
+        e.contains("already holds sequences up to") && e.contains("move that archive away"),
+        "{e}"
+    );
+}
+
 const LINE_A: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 1), 26400);
 const LINE_B: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 192, 10, 2), 26400);
 const EXCHANGE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 5000);
