@@ -144,6 +144,55 @@ fn a_range_the_archive_does_not_hold_is_one_gap_with_its_exact_range() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// The stream ends while the late joiner is still replaying: it gets
+/// every message first, from the archive, and the end last.
+#[test]
+fn the_end_of_the_stream_comes_after_the_archived_messages_before_it() {
+    let d = dir("end");
+    let toml = format!(
+        "{}[streams.md]\ncapacity = {CAPACITY}\nmax_message = 64\npoll_batch = {}\n[streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\n[counters]\nenabled = false\n",
+        shm_toml(),
+        // Polls that could take the whole ring at once.
+        4 * CAPACITY,
+        d.display()
+    );
+    let bus = Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap();
+    let mut publisher = bus.publisher("md").unwrap();
+    let recorder = Recorder::start(&bus, "md").unwrap();
+    let n = 3 * CAPACITY;
+    for seq in 1..=n {
+        while recorder.stats().last_seq + CAPACITY / 2 < seq {
+            std::thread::yield_now();
+        }
+        publisher.publish(&payload(seq)).unwrap();
+    }
+    // Joined (its live part at the ring's oldest), then the stream ends.
+    let mut sub = mdbus::archive::subscribe_from(&bus, "md", 1).unwrap();
+    drop(publisher);
+    while recorder.stats().last_seq < n {
+        std::thread::yield_now();
+    }
+    let (mut next, mut ended) = (1, None);
+    let start = std::time::Instant::now();
+    while ended.is_none() {
+        assert!(start.elapsed().as_secs() < 60, "watchdog at {next}");
+        sub.poll(|e| match e {
+            Event::Message(m) => {
+                assert!(ended.is_none(), "message {} after the end", m.seq());
+                assert_eq!(m.seq(), next, "in order, once");
+                assert_eq!(m.payload(), payload(m.seq()));
+                next += 1;
+            }
+            Event::EndOfStream { last_seq } => ended = Some((last_seq, next)),
+            other => panic!("{other:?}"),
+        })
+        .unwrap();
+    }
+    assert_eq!(ended, Some((n, n + 1)), "the end after message {n}");
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 mod verbs_support;
 
 /// On RDMA verbs (UD multicast), publisher on the first device, recorder

@@ -85,6 +85,10 @@ pub struct ReplaySubscriber {
     exhausted: bool,
     stall_timeout: Duration,
     stalled_since: Option<Instant>,
+    /// The stream ended (its last sequence) while the replay was still
+    /// behind: the end is delivered once the archive has delivered up to
+    /// it.
+    end_at: Option<u64>,
     stats: ReplayStats,
 }
 
@@ -121,6 +125,7 @@ pub fn subscribe_from(bus: &Bus, name: &str, from: u64) -> crate::Result<Subscri
         exhausted: false,
         stall_timeout: cfg.heartbeat_timeout,
         stalled_since: None,
+        end_at: None,
         stats: ReplayStats::default(),
     };
     Ok(bus.wrap_subscriber(SubscriberImpl::Replay(Box::new(r)), name, cfg.poll_batch))
@@ -175,6 +180,14 @@ impl ReplaySubscriber {
         &mut self,
         f: &mut F,
     ) -> Result<Option<usize>, ArchiveError> {
+        if let Some(last_seq) = self.end_at.filter(|&l| self.next > l) {
+            // Everything up to the end came from the archive: now the end.
+            self.end_at = None;
+            self.live_at = 0;
+            self.phase = Phase::Live;
+            f(Event::EndOfStream { last_seq });
+            return Ok(Some(0));
+        }
         if self.live_at != 0 && self.next >= self.live_at {
             if !self.pending.is_empty() {
                 return Ok(Some(self.deliver_pending(f)));
@@ -257,6 +270,7 @@ impl ReplaySubscriber {
         let mut live_at = self.live_at;
         let mut pending = Vec::new();
         let mut skipped = 0u64;
+        let mut end = None;
         {
             let mut step = |e: Event<'_>| {
                 heard = true;
@@ -304,6 +318,9 @@ impl ReplaySubscriber {
                             ahead = true;
                         }
                     }
+                    // The stream ended before the merge: what is left up
+                    // to its end comes from the archive, then the end.
+                    Event::EndOfStream { last_seq } if last_seq >= cur => end = Some(last_seq),
                     // Not about the range being merged: passed on.
                     other => f(other),
                 }
@@ -327,6 +344,13 @@ impl ReplaySubscriber {
         self.stats.live_skipped += skipped;
         let first = self.next;
         self.next = cur;
+        if let Some(last_seq) = end {
+            self.end_at = Some(last_seq);
+            self.live_at = last_seq.saturating_add(1);
+            self.pending.clear();
+            self.phase = Phase::Replay;
+            return Ok(Some(delivered));
+        }
         if ahead {
             self.stats.rejoins += 1;
             self.live_at = live_at;

@@ -369,7 +369,11 @@ fn archived_streams_hold_what_their_subscribers_received() {
             };
             assert_eq!(m.seq(), n as u64 + 1, "stream {s}");
             let rm = mdbus_relay::RelayMessage::parse(m.payload()).unwrap();
-            assert_eq!((rm.sequence, rm.itch), (got[n].0, &got[n].1[..]), "stream {s}");
+            assert_eq!(
+                (rm.sequence, rm.itch),
+                (got[n].0, &got[n].1[..]),
+                "stream {s}"
+            );
             n += 1;
         }
         assert_eq!(n, got.len(), "stream {s}: archived all it received");
