@@ -271,7 +271,7 @@ mod tests {
         let joined: Vec<String> = lines.iter().map(|l| l.join(" ")).collect();
         assert!(
             joined.contains(&"mdbus-perf pingpong -d rxe0 -x 1 -s 32 -n 1000 --json".to_string()),
-            "issue 13's acceptance line is not run: {joined:?}"
+            "the perftest-style acceptance line is not run: {joined:?}"
         );
         for argv in &lines {
             let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
