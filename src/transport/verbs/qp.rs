@@ -135,6 +135,12 @@ impl CmQp {
         }
     }
 
+    /// The body of [`create`](Self::create) and
+    /// [`create_on_srq`](Self::create_on_srq).
+    ///
+    /// # Safety
+    /// As for `create`; `srq` is null or a live shared receive queue in
+    /// `pd` that outlives the queue pair.
     #[allow(clippy::too_many_arguments)]
     unsafe fn create_in(
         cm: &'static Rdmacm,
