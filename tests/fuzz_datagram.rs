@@ -5,8 +5,6 @@
 #[path = "../fuzz/src/datagram.rs"]
 mod targets;
 
-use std::path::PathBuf;
-
 use mdbus_testkit::fuzz;
 use proptest::prelude::*;
 
@@ -18,40 +16,23 @@ const FUZZ_TARGETS: [(&str, Target); 2] = [
     ("subscriber", targets::subscriber),
 ];
 
-fn seed_dir(target: &str) -> PathBuf {
-    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
-}
-
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    fuzz::seeds(&seed_dir(target))
-}
+const CORPUS: fuzz::Corpus = fuzz::Corpus::new(env!("CARGO_MANIFEST_DIR"));
 
 #[test]
 fn fuzz_targets_pass_on_their_seed_corpus() {
-    for (name, target) in FUZZ_TARGETS {
-        let seeds = seeds(name);
-        assert!(seeds.len() >= 3, "{name}: {} seeds", seeds.len());
-        for s in &seeds {
-            target(s);
-        }
-    }
-}
-
-/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
-fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    fuzz::mutated_or_random(seeds(target), 700)
+    CORPUS.check_seeds(&FUZZ_TARGETS, 3);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
-    fn fuzz_target_frame(input in fuzz_input("frame")) {
+    fn fuzz_target_frame(input in CORPUS.input("frame", 700)) {
         targets::frame(&input);
     }
 
     #[test]
-    fn fuzz_target_subscriber(input in fuzz_input("subscriber")) {
+    fn fuzz_target_subscriber(input in CORPUS.input("subscriber", 700)) {
         targets::subscriber(&input);
     }
 }
@@ -64,11 +45,7 @@ proptest! {
 fn write_fuzz_seed_corpus() {
     use mdbus::recovery::frame::{encode_control, Kind, DATAGRAM_HEADER_LEN};
     use mdbus::recovery::{PublisherConfig, PublisherCore};
-    let write = |target: &str, name: &str, bytes: &[u8]| {
-        let dir = seed_dir(target);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(name), bytes).unwrap();
-    };
+    let write = |target: &str, name: &str, bytes: &[u8]| CORPUS.write_seed(target, name, bytes);
     let mut p = PublisherCore::new(&PublisherConfig {
         max_message: 4096,
         max_datagram: 256,

@@ -9,33 +9,18 @@ use proptest::prelude::*;
 #[path = "../fuzz/src/shm_header.rs"]
 mod targets;
 
-fn seed_dir(target: &str) -> std::path::PathBuf {
-    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
-}
-
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    fuzz::seeds(&seed_dir(target))
-}
+const CORPUS: fuzz::Corpus = fuzz::Corpus::new(env!("CARGO_MANIFEST_DIR"));
 
 #[test]
 fn shm_header_passes_on_its_seed_corpus() {
-    let seeds = seeds("shm_header");
-    assert!(seeds.len() >= 4, "{} seeds", seeds.len());
-    for s in &seeds {
-        targets::shm_header(s);
-    }
-}
-
-/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
-fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    fuzz::mutated_or_random(seeds(target), 100)
+    CORPUS.check_seeds(&[("shm_header", targets::shm_header)], 4);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
-    fn fuzz_target_shm_header(input in fuzz_input("shm_header")) {
+    fn fuzz_target_shm_header(input in CORPUS.input("shm_header", 100)) {
         targets::shm_header(&input);
     }
 }
@@ -55,8 +40,6 @@ fn input(file_len: u64, kind: Kind, f: &HeaderFields) -> Vec<u8> {
 #[test]
 #[ignore]
 fn write_seeds() {
-    let dir = seed_dir("shm_header");
-    std::fs::create_dir_all(&dir).unwrap();
     let stream = HeaderFields {
         kind: Kind::Stream,
         slot_size: 128,
@@ -94,6 +77,6 @@ fn write_seeds() {
             input(stream.total_len, Kind::Session, &stream),
         ),
     ] {
-        std::fs::write(dir.join(name), bytes).unwrap();
+        CORPUS.write_seed("shm_header", name, &bytes);
     }
 }

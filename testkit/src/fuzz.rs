@@ -60,3 +60,55 @@ pub fn cases() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3_000)
 }
+
+/// The seed corpora of one crate (`fuzz/seeds/TARGET` under its
+/// `CARGO_MANIFEST_DIR`): what every crate's fuzz test file needs, in one
+/// place.
+#[derive(Clone, Copy)]
+pub struct Corpus {
+    manifest_dir: &'static str,
+}
+
+impl Corpus {
+    /// The corpora under `manifest_dir` (pass `env!("CARGO_MANIFEST_DIR")`).
+    pub const fn new(manifest_dir: &'static str) -> Self {
+        Corpus { manifest_dir }
+    }
+
+    /// The directory of `target`'s seeds.
+    pub fn dir(&self, target: &str) -> PathBuf {
+        seed_dir(self.manifest_dir, target)
+    }
+
+    /// `target`'s seeds, in name order.
+    pub fn seeds(&self, target: &str) -> Vec<Vec<u8>> {
+        seeds(&self.dir(target))
+    }
+
+    /// Runs every target over its own seeds, each of which must have at
+    /// least `min_seeds` of them.
+    pub fn check_seeds(&self, targets: &[(&str, fn(&[u8]))], min_seeds: usize) {
+        for (name, target) in targets {
+            let seeds = self.seeds(name);
+            assert!(seeds.len() >= min_seeds, "{name}: {} seeds", seeds.len());
+            for s in &seeds {
+                target(s);
+            }
+        }
+    }
+
+    /// Random bytes (up to `max_random`), or one of `target`'s seeds with
+    /// a few bytes overwritten, inserted or cut.
+    pub fn input(&self, target: &str, max_random: usize) -> impl Strategy<Value = Vec<u8>> {
+        mutated_or_random(self.seeds(target), max_random)
+    }
+
+    /// Writes `bytes` as the seed `name` of `target`, creating its
+    /// directory (for the ignored tests that regenerate corpora).
+    pub fn write_seed(&self, target: &str, name: &str, bytes: &[u8]) {
+        let dir = self.dir(target);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let file = dir.join(name);
+        std::fs::write(&file, bytes).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+}

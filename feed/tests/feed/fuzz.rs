@@ -186,8 +186,6 @@ proptest! {
 #[path = "../../fuzz/src/lib.rs"]
 mod targets;
 
-use std::path::PathBuf;
-
 /// A fuzz target: panics when a property breaks.
 type Target = fn(&[u8]);
 
@@ -198,50 +196,33 @@ const FUZZ_TARGETS: [(&str, Target); 4] = [
     ("arbiter_attack", targets::arbiter_attack),
 ];
 
-fn seed_dir(target: &str) -> PathBuf {
-    fuzz::seed_dir(env!("CARGO_MANIFEST_DIR"), target)
-}
-
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    fuzz::seeds(&seed_dir(target))
-}
+const CORPUS: fuzz::Corpus = fuzz::Corpus::new(env!("CARGO_MANIFEST_DIR"));
 
 #[test]
 fn fuzz_targets_pass_on_their_seed_corpus() {
-    for (name, target) in FUZZ_TARGETS {
-        let seeds = seeds(name);
-        assert!(seeds.len() >= 3, "{name}: {} seeds", seeds.len());
-        for s in &seeds {
-            target(s);
-        }
-    }
-}
-
-/// Random bytes, or a seed with a few bytes overwritten, inserted or cut.
-fn fuzz_input(target: &str) -> impl Strategy<Value = Vec<u8>> {
-    fuzz::mutated_or_random(seeds(target), 700)
+    CORPUS.check_seeds(&FUZZ_TARGETS, 3);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(fuzz::cases()))]
 
     #[test]
-    fn fuzz_target_moldudp64(input in fuzz_input("moldudp64")) {
+    fn fuzz_target_moldudp64(input in CORPUS.input("moldudp64", 700)) {
         targets::moldudp64(&input);
     }
 
     #[test]
-    fn fuzz_target_itch(input in fuzz_input("itch")) {
+    fn fuzz_target_itch(input in CORPUS.input("itch", 700)) {
         targets::itch(&input);
     }
 
     #[test]
-    fn fuzz_target_arbiter(input in fuzz_input("arbiter")) {
+    fn fuzz_target_arbiter(input in CORPUS.input("arbiter", 700)) {
         targets::arbiter(&input);
     }
 
     #[test]
-    fn fuzz_target_arbiter_attack(input in fuzz_input("arbiter_attack")) {
+    fn fuzz_target_arbiter_attack(input in CORPUS.input("arbiter_attack", 700)) {
         targets::arbiter_attack(&input);
     }
 }
@@ -254,11 +235,7 @@ fn write_fuzz_seed_corpus() {
     use mdbus_feed::moldudp64::{self as mold, Request};
     use mdbus_feed::synth::{Generator, MoldPacker, SynthConfig};
 
-    let write = |target: &str, name: &str, bytes: &[u8]| {
-        let dir = seed_dir(target);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(name), bytes).unwrap();
-    };
+    let write = |target: &str, name: &str, bytes: &[u8]| CORPUS.write_seed(target, name, bytes);
     let session = Session::new("FUZZ000001").unwrap();
 
     // MoldUDP64: a packet of the synthetic session, a heartbeat, an end
