@@ -8,10 +8,7 @@ mod targets;
 use mdbus_testkit::fuzz;
 use proptest::prelude::*;
 
-/// A fuzz target: panics when a property breaks.
-type Target = fn(&[u8]);
-
-const FUZZ_TARGETS: [(&str, Target); 2] = [
+const FUZZ_TARGETS: [(&str, fuzz::Target); 2] = [
     ("frame", targets::frame),
     ("subscriber", targets::subscriber),
 ];

@@ -61,6 +61,9 @@ pub fn cases() -> u32 {
         .unwrap_or(3_000)
 }
 
+/// A fuzz target: panics when a property breaks.
+pub type Target = fn(&[u8]);
+
 /// The seed corpora of one crate (`fuzz/seeds/TARGET` under its
 /// `CARGO_MANIFEST_DIR`): what every crate's fuzz test file needs, in one
 /// place.
@@ -87,7 +90,7 @@ impl Corpus {
 
     /// Runs every target over its own seeds, each of which must have at
     /// least `min_seeds` of them.
-    pub fn check_seeds(&self, targets: &[(&str, fn(&[u8]))], min_seeds: usize) {
+    pub fn check_seeds(&self, targets: &[(&str, Target)], min_seeds: usize) {
         for (name, target) in targets {
             let seeds = self.seeds(name);
             assert!(seeds.len() >= min_seeds, "{name}: {} seeds", seeds.len());

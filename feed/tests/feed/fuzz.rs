@@ -186,10 +186,7 @@ proptest! {
 #[path = "../../fuzz/src/lib.rs"]
 mod targets;
 
-/// A fuzz target: panics when a property breaks.
-type Target = fn(&[u8]);
-
-const FUZZ_TARGETS: [(&str, Target); 4] = [
+const FUZZ_TARGETS: [(&str, fuzz::Target); 4] = [
     ("moldudp64", targets::moldudp64),
     ("itch", targets::itch),
     ("arbiter", targets::arbiter),
