@@ -401,7 +401,10 @@ mod tests {
 
     #[test]
     fn publishing_flat_out_while_the_service_thread_runs_loses_nothing() {
-        let bus = bus(1, "");
+        // Patience of 10,000 requests (50 s): on a loaded machine the
+        // service thread may be descheduled for longer than the default
+        // ten requests wait, and this test is about it answering at all.
+        let bus = bus(1, "retransmit_retries = 10000\n");
         let mut s = bus.subscriber("md").unwrap();
         let mut p = bus.publisher("md").unwrap();
         const N: u64 = 50_000;
