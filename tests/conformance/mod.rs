@@ -539,8 +539,13 @@ pub fn stream_late_join_policies(f: &impl Fixture) {
 }
 
 pub fn stream_reaches_subscribers_in_several_processes(f: &impl Fixture) {
-    let toml =
-        f.config_toml("[streams.s]\nmax_message = 64\ncapacity = 65536\nlate_join = \"oldest\"\n");
+    // 10,000 requests of patience: three subscriber processes and the
+    // publisher share the machine, and a descheduled publisher must not
+    // turn a request it answers late into a reported gap.
+    let toml = f.config_toml(
+        "[streams.s]\nmax_message = 64\ncapacity = 65536\nlate_join = \"oldest\"\n\
+         retransmit_retries = 10000\n",
+    );
     let bus = bus(&toml);
     let total = 50_000u64;
     let mut p = bus.publisher("s").unwrap();
