@@ -48,10 +48,82 @@ impl LossBy {
     }
 }
 
+/// Hosts on one switch, each its own namespace. Removed on drop.
+struct Switch {
+    tag: String,
+    /// Second octet of the hosts' addresses (one per kind of topology).
+    net: u8,
+    subnet: u8,
+    hosts: usize,
+}
+
+impl Switch {
+    /// Builds the switch and `hosts` hosts named `PREFIX PID kind`.
+    fn create(kind: &str, net: u8, hosts: usize) -> Result<Switch, Failure> {
+        remove_stale();
+        let pid = std::process::id();
+        let t = Switch {
+            tag: format!("{PREFIX}{pid}{kind}"),
+            net,
+            subnet: (pid % 250) as u8 + 1,
+            hosts,
+        };
+        // Names of an earlier process with this pid (killed outright): this
+        // process has not made them yet, so they are stale.
+        t.remove();
+        // From here on, drop removes whatever was made.
+        add_switch(&t.switch())?;
+        for h in 0..hosts {
+            add_host(&t.switch(), &t.host(h), h, t.addr(h))?;
+        }
+        Ok(t)
+    }
+
+    fn switch(&self) -> String {
+        format!("{}sw", self.tag)
+    }
+
+    fn host(&self, h: usize) -> String {
+        format!("{}h{h}", self.tag)
+    }
+
+    fn addr(&self, h: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net, self.subnet, h as u8 + 1)
+    }
+
+    /// Deletes the namespaces (those that exist).
+    fn remove(&self) {
+        let names = (0..self.hosts).map(|h| self.host(h));
+        for ns in names.chain(std::iter::once(self.switch())) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// The number after the first `key` in `text` (a drop counter in `tc -s`
+/// or `nft list` output).
+fn count_after(text: &str, key: &str) -> Result<u64, Failure> {
+    text.split(key)
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| Failure::Run(format!("cannot read the drop count from: {text}")))
+}
+
 /// The two hosts and their switch. Removed on drop.
 pub struct Topology {
-    tag: String,
-    subnet: u8,
+    net: Switch,
     loss: Option<LossBy>,
 }
 
@@ -163,37 +235,24 @@ fn remove_stale() {
 impl Topology {
     /// Builds the two hosts and the switch.
     pub fn create() -> Result<Topology, Failure> {
-        remove_stale();
-        let pid = std::process::id();
-        let t = Topology {
-            tag: format!("{PREFIX}{pid}"),
-            subnet: (pid % 250) as u8 + 1,
+        Ok(Topology {
+            net: Switch::create("", 77, 2)?,
             loss: None,
-        };
-        // Names of an earlier process with this pid (killed outright): this
-        // process has not made them yet, so they are stale.
-        t.remove();
-        // From here on, drop removes whatever was made.
-        let sw = t.switch();
-        add_switch(&sw)?;
-        for h in 0..2 {
-            add_host(&sw, &t.host(h), h, t.addr(h))?;
-        }
-        Ok(t)
+        })
     }
 
     fn switch(&self) -> String {
-        format!("{}sw", self.tag)
+        self.net.switch()
     }
 
     /// Namespace of host `h`: 0 the publisher's, 1 the subscriber's.
     pub fn host(&self, h: usize) -> String {
-        format!("{}h{h}", self.tag)
+        self.net.host(h)
     }
 
     /// Address of host `h`.
     pub fn addr(&self, h: usize) -> Ipv4Addr {
-        Ipv4Addr::new(10, 77, self.subnet, h as u8 + 1)
+        self.net.addr(h)
     }
 
     /// Makes the subscriber's host (1) lose `pct` percent of what it
@@ -269,37 +328,13 @@ impl Topology {
                 "packets ",
             ),
         };
-        text.split(key)
-            .nth(1)
-            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Failure::Run(format!("cannot read the drop count from: {text}")))
+        count_after(&text, key)
     }
 
     /// Moves this process (its calling thread, the only one that opens
     /// sockets) into host `h`'s network namespace.
     pub fn enter(&self, h: usize) -> Result<(), Failure> {
         enter(&self.host(h))
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
-
-impl Topology {
-    /// Deletes the three namespaces (those that exist).
-    fn remove(&self) {
-        for ns in [self.host(0), self.host(1), self.switch()] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &ns])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
     }
 }
 
@@ -363,9 +398,7 @@ fn enter(name: &str) -> Result<(), Failure> {
 /// bridge dropping multicast on its way out to that subscriber's port.
 /// Removed on drop.
 pub struct Star {
-    tag: String,
-    subnet: u8,
-    hosts: usize,
+    net: Switch,
 }
 
 impl Star {
@@ -384,34 +417,23 @@ impl Star {
                     .into(),
             ));
         }
-        remove_stale();
-        let pid = std::process::id();
-        let t = Star {
-            tag: format!("{PREFIX}{pid}f"),
-            subnet: (pid % 250) as u8 + 1,
-            hosts,
-        };
-        t.remove();
-        let sw = t.switch();
-        add_switch(&sw)?;
-        for h in 0..hosts {
-            add_host(&sw, &t.host(h), h, t.addr(h))?;
-        }
-        Ok(t)
+        Ok(Star {
+            net: Switch::create("f", 78, hosts)?,
+        })
     }
 
     fn switch(&self) -> String {
-        format!("{}sw", self.tag)
+        self.net.switch()
     }
 
     /// Namespace of host `h`.
     pub fn host(&self, h: usize) -> String {
-        format!("{}h{h}", self.tag)
+        self.net.host(h)
     }
 
     /// Address of host `h`.
     pub fn addr(&self, h: usize) -> Ipv4Addr {
-        Ipv4Addr::new(10, 78, self.subnet, h as u8 + 1)
+        self.net.addr(h)
     }
 
     /// Moves the calling thread into host `h`.
@@ -437,7 +459,7 @@ impl Star {
             "  iifname \"p0\" ip daddr 224.0.0.0/4 numgen random mod 10000 < {upstream} counter drop\n }}\n"
         ));
         rules.push_str(" chain down {\n  type filter hook postrouting priority 0;\n");
-        for h in 1..self.hosts {
+        for h in 1..self.net.hosts {
             rules.push_str(&format!(
                 "  oifname \"p{h}\" ip daddr 224.0.0.0/4 numgen random mod 10000 < {each} counter drop\n"
             ));
@@ -468,31 +490,13 @@ impl Star {
             .skip(1)
             .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
             .collect();
-        if counts.len() != self.hosts {
+        if counts.len() != self.net.hosts {
             return Err(Failure::Run(format!(
                 "cannot read {} drop counters from: {text}",
-                self.hosts
+                self.net.hosts
             )));
         }
         Ok((counts[0], counts[1..].to_vec()))
-    }
-
-    fn remove(&self) {
-        let names = (0..self.hosts).map(|h| self.host(h));
-        for ns in names.chain(std::iter::once(self.switch())) {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &ns])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-impl Drop for Star {
-    fn drop(&mut self) {
-        self.remove();
     }
 }
 
@@ -516,11 +520,7 @@ impl Netem {
     /// Datagrams dropped so far.
     pub fn dropped(&self) -> Result<u64, Failure> {
         let text = output(&["tc", "-s", "qdisc", "show", "dev", &self.dev])?;
-        text.split("dropped ")
-            .nth(1)
-            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Failure::Run(format!("cannot read the drop count from: {text}")))
+        count_after(&text, "dropped ")
     }
 }
 
