@@ -37,14 +37,10 @@ impl conformance::Fixture for Verbs {
             verbs_support::unique_group(),
             verbs_support::addr_a()
         );
-        let mut extra = extra.to_string();
-        for (table, fields) in [("[streams.s]", &stream), ("[sessions.o]", &session)] {
-            if extra.contains(table) {
-                extra = extra.replace(table, &format!("{table}\n{fields}"));
-            } else {
-                extra.push_str(&format!("\n{table}\n{fields}"));
-            }
-        }
+        let extra = conformance::with_fixture_fields(
+            extra,
+            &[("[streams.s]", &stream), ("[sessions.o]", &session)],
+        );
         format!("transport = \"verbs\"\n{extra}")
     }
 

@@ -75,15 +75,10 @@ impl Proc {
         let mut child = t
             .exec(
                 host,
-                &[
-                    exe.to_str().unwrap(),
-                    "--ignored",
-                    "--exact",
-                    "child_entry",
-                    "--nocapture",
-                    "--test-threads=1",
-                    "-q",
-                ],
+                &[exe.to_str().unwrap()]
+                    .into_iter()
+                    .chain(mdbus_testkit::child::CHILD_ENTRY_ARGS)
+                    .collect::<Vec<_>>(),
             )
             .env(ROLE, role)
             .env(CONFIG, toml)

@@ -12,7 +12,7 @@
 mod verbs_support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -97,17 +97,8 @@ fn device_deleted_mid_stream_fails_both_ends() {
     let ndevs = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/1");
     let netdev = std::fs::read_to_string(&ndevs).unwrap().trim().to_string();
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_entry",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    let mut child = mdbus_testkit::child::child_command()
         .env(ROLE, "removal")
-        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());

@@ -15,7 +15,7 @@
 mod verbs_support;
 
 use std::io::BufReader;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
 use std::time::Duration;
 
 use mdbus::config::{SessionConfig, SessionMode, VerbsConfig};
@@ -555,20 +555,10 @@ struct Peer {
 
 impl Peer {
     fn spawn(role: &str, address: &str, mode: SessionMode) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_entry",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
+        let mut child = mdbus_testkit::child::child_command()
             .env(ROLE, role)
             .env(ADDRESS, address)
             .env(MODE, mode.as_str())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());

@@ -10,7 +10,7 @@
 mod verbs_support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout};
 
 use mdbus::config::{SessionConfig, SessionMode, VerbsConfig};
 use mdbus::transport::verbs::{self, RcSession};
@@ -56,19 +56,9 @@ struct Peer {
 
 impl Peer {
     fn spawn(role: &str, toml: &str) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_entry",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
+        let mut child = mdbus_testkit::child::child_command()
             .env(ROLE, role)
             .env(CONFIG, toml)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());

@@ -17,11 +17,13 @@
 //! harness's capture, so it shows in a passing run.
 //!
 //! [`fuzz`] holds the other shared piece: the stable run of a cargo-fuzz
-//! target over its seed corpus and mutations of it.
+//! target over its seed corpus and mutations of it; [`child`] the way a
+//! multi-process test starts its peers.
 
 use std::io::Write;
 
 pub mod alloc;
+pub mod child;
 pub mod fuzz;
 
 /// What a test lacks.

@@ -10,7 +10,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout};
 
 use mdbus::{Bus, Config, Error, Event};
 
@@ -36,6 +36,31 @@ pub trait Fixture {
 }
 
 /// A bus from fixture text.
+/// `extra` (a test's stream and session tables) with a fixture's fields
+/// added to each of `tables` (the table made if `extra` has none), except
+/// the keys `extra` sets itself: a test may override a fixture default.
+pub fn with_fixture_fields(extra: &str, tables: &[(&str, &str)]) -> String {
+    let mut extra = extra.to_string();
+    for (table, fields) in tables {
+        let fields: String = fields
+            .lines()
+            .filter(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                !extra
+                    .lines()
+                    .any(|e| e.split('=').next().unwrap_or("").trim() == key)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if extra.contains(table) {
+            extra = extra.replace(table, &format!("{table}\n{fields}"));
+        } else {
+            extra.push_str(&format!("\n{table}\n{fields}"));
+        }
+    }
+    extra
+}
+
 pub fn bus(toml: &str) -> Bus {
     Bus::new(Config::from_toml_str(toml, "<fixture>").expect("fixture config parses"))
         .expect("bus starts")
@@ -79,20 +104,10 @@ pub struct Peer {
 impl Peer {
     /// Starts this test binary as a peer with `role`.
     pub fn spawn(role: &str, toml: &str, arg: u64) -> Peer {
-        let mut child = Command::new(std::env::current_exe().expect("test binary path"))
-            .args([
-                "--ignored",
-                "--exact",
-                "child_entry",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
+        let mut child = mdbus_testkit::child::child_command()
             .env(ROLE, role)
             .env(CONFIG, toml)
             .env(ARG, arg.to_string())
-            .stdout(Stdio::piped())
-            .stdin(Stdio::piped())
             .spawn()
             .expect("spawn peer");
         let out = BufReader::new(child.stdout.take().expect("piped stdout"));
@@ -539,12 +554,13 @@ pub fn stream_late_join_policies(f: &impl Fixture) {
 }
 
 pub fn stream_reaches_subscribers_in_several_processes(f: &impl Fixture) {
-    // 10,000 requests of patience: three subscriber processes and the
-    // publisher share the machine, and a descheduled publisher must not
-    // turn a request it answers late into a reported gap.
+    // 10,000 requests and 30 s of silence of patience: three subscriber
+    // processes and the publisher share the machine, and a descheduled
+    // publisher must turn neither a late answer into a reported gap nor
+    // a late heartbeat into a dead publisher.
     let toml = f.config_toml(
         "[streams.s]\nmax_message = 64\ncapacity = 65536\nlate_join = \"oldest\"\n\
-         retransmit_retries = 10000\n",
+         retransmit_retries = 10000\nheartbeat_timeout = \"30s\"\n",
     );
     let bus = bus(&toml);
     let total = 50_000u64;
