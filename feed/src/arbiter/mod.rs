@@ -545,6 +545,21 @@ impl Arbiter {
             return;
         };
         let kind = packet.kind();
+        if kind == PacketKind::Messages
+            && first == self.expected
+            && end > first
+            && self.idle_in(packet.session())
+        {
+            // The common case, the next packet of the followed session with
+            // nothing pending: what the general path below does for it,
+            // without its searches of runs, gaps, the store and the end.
+            self.firm = true;
+            self.progress(line, first, now_ns);
+            self.high = end;
+            deliver(packet, line, first, end, &mut self.counters, sink);
+            self.expected = end;
+            return;
+        }
         let head = Head {
             line,
             kind,
@@ -582,20 +597,11 @@ impl Arbiter {
             self.end_claim = None;
         }
         if advances {
-            // The followed session is alive: whatever evidence there was
-            // for a change starts over.
-            self.last_progress_ns = now_ns;
-            self.candidate = None;
-            self.jump = None;
+            self.progress(line, first, now_ns);
+        } else {
+            self.note_line(line, first);
         }
-        self.lines |= line_bit(line);
-        if let Some(i) = line_index(line) {
-            if self.last_sequence[i].is_some_and(|prev| first < prev) {
-                self.counters.backwards += 1;
-            }
-            self.last_sequence[i] = Some(first);
-        }
-        match packet.kind() {
+        match kind {
             PacketKind::Heartbeat => {
                 self.counters.heartbeats += 1;
                 if !self.ended {
@@ -620,6 +626,45 @@ impl Arbiter {
             .is_some_and(|due| due <= now_ns)
         {
             self.on_timer(now_ns, sink);
+        }
+    }
+
+    /// Whether a packet of `session` starting at the next expected
+    /// sequence number can be delivered at once: the session is the one
+    /// followed, and no gap, stored packet, end or candidate is pending.
+    #[inline]
+    fn idle_in(&self, session: Session) -> bool {
+        self.started
+            && !self.ended
+            && self.high == self.expected
+            && self.end_claim.is_none()
+            && self.end_at.is_none()
+            && self.gaps.is_empty()
+            && self.store.len() == 0
+            && self.session == Some(session)
+    }
+
+    /// A packet of `line` starting at `first` advanced the followed
+    /// session: it is alive, so whatever evidence there was for a change
+    /// starts over.
+    #[inline]
+    fn progress(&mut self, line: Line, first: u64, now_ns: u64) {
+        self.last_progress_ns = now_ns;
+        self.candidate = None;
+        self.jump = None;
+        self.note_line(line, first);
+    }
+
+    /// Notes that `line` carried the session, and a packet of it starting
+    /// at `first` (counted when it goes backwards).
+    #[inline]
+    fn note_line(&mut self, line: Line, first: u64) {
+        self.lines |= line_bit(line);
+        if let Some(i) = line_index(line) {
+            if self.last_sequence[i].is_some_and(|prev| first < prev) {
+                self.counters.backwards += 1;
+            }
+            self.last_sequence[i] = Some(first);
         }
     }
 
@@ -1075,6 +1120,7 @@ fn deliver(
     counters: &mut ArbiterCounters,
     sink: &mut impl ArbiterSink,
 ) {
+    let mut delivered = 0;
     for block in packet.messages().flatten() {
         if block.sequence < from {
             continue;
@@ -1083,11 +1129,13 @@ fn deliver(
             break;
         }
         sink.message(block.sequence, line, block.data);
-        counters.messages += 1;
-        match line {
-            Line::A => counters.wins_a += 1,
-            Line::B => counters.wins_b += 1,
-            Line::Recovery => counters.wins_recovery += 1,
-        }
+        delivered += 1;
+    }
+    // Counted once per packet, not per message.
+    counters.messages += delivered;
+    match line {
+        Line::A => counters.wins_a += delivered,
+        Line::B => counters.wins_b += delivered,
+        Line::Recovery => counters.wins_recovery += delivered,
     }
 }

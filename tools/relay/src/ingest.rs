@@ -141,8 +141,8 @@ fn join(
     s.set_nonblocking(true)
         .map_err(|e| err("non-blocking", e))?;
     let s: UdpSocket = s.into();
-    if !enable_kernel_timestamps(&s) {
-        log::info!("line {line}: no kernel receive timestamps (SO_TIMESTAMPNS refused): arrival is stamped by the relay");
+    if enable_kernel_timestamps(&s) == KernelStamps::None {
+        log::info!("line {line}: no kernel receive timestamps (SO_TIMESTAMPING and SO_TIMESTAMPNS refused): arrival is stamped by the relay");
     }
     Ok(s)
 }
@@ -175,31 +175,70 @@ impl LiveSockets {
     }
 }
 
-/// Turns on kernel receive timestamps (`SO_TIMESTAMPNS`, `CLOCK_REALTIME`)
-/// for `sock`; `false` where the kernel refuses (the relay then stamps
-/// arrival itself).
-pub fn enable_kernel_timestamps(sock: &UdpSocket) -> bool {
+/// `SO_TIMESTAMPING` and its control message type, as asm-generic
+/// numbers them (x86, arm, riscv; 64-bit `time_t`): libc exports them for
+/// Android only.
+const SO_TIMESTAMPING: libc::c_int = 37;
+const SCM_TIMESTAMPING: libc::c_int = SO_TIMESTAMPING;
+
+/// Which kernel receive timestamp a socket was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelStamps {
+    /// `SO_TIMESTAMPING` with `SOF_TIMESTAMPING_RX_SOFTWARE`: the
+    /// software receive stamp (`CLOCK_REALTIME`) in `SCM_TIMESTAMPING`.
+    Timestamping,
+    /// `SO_TIMESTAMPNS` (older kernels, or where the first is refused):
+    /// the same stamp in `SCM_TIMESTAMPNS`.
+    TimestampNs,
+    /// Neither: the relay stamps arrival itself.
+    None,
+}
+
+/// Turns on kernel receive timestamps for `sock`: `SO_TIMESTAMPING`
+/// (software receive stamp), else `SO_TIMESTAMPNS`; both stamp the
+/// datagram in `CLOCK_REALTIME` where the kernel first sees it.
+///
+/// NIC hardware stamps (`SOF_TIMESTAMPING_RX_HARDWARE`) are not asked
+/// for: they come in the NIC clock's own time scale (TAI under ptp4l, or
+/// free-running), not `CLOCK_REALTIME`, so they cannot be subtracted from
+/// the relay's clock without a per-device offset, and they need the
+/// device's stamping switched on (`SIOCSHWTSTAMP`, privileged).
+pub fn enable_kernel_timestamps(sock: &UdpSocket) -> KernelStamps {
+    let flags =
+        (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
+    if set_int_option(sock, SO_TIMESTAMPING, flags) {
+        KernelStamps::Timestamping
+    } else if set_int_option(sock, libc::SO_TIMESTAMPNS, 1) {
+        KernelStamps::TimestampNs
+    } else {
+        KernelStamps::None
+    }
+}
+
+/// `setsockopt(SOL_SOCKET, option, value)`; whether the kernel took it.
+fn set_int_option(sock: &UdpSocket, option: libc::c_int, value: libc::c_int) -> bool {
     use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
     // SAFETY: a valid socket descriptor and a c_int option of its size.
     let r = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            &on as *const libc::c_int as *const libc::c_void,
+            option,
+            &value as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     r == 0
 }
 
-/// Control bytes per datagram: room for one `SCM_TIMESTAMPNS` (a
-/// timespec) with its header, in u64 words so the buffer is aligned.
-const CONTROL_WORDS: usize = 8;
+/// Control bytes per datagram: room for one `SCM_TIMESTAMPING` (three
+/// timespecs) with its header and spare, in u64 words so the buffer is
+/// aligned.
+const CONTROL_WORDS: usize = 12;
 
 /// Datagrams read with one `recvmmsg`, each with the kernel's arrival
-/// time when the socket has `SO_TIMESTAMPNS`. Every buffer is allocated
+/// time when the socket has kernel timestamps
+/// ([`enable_kernel_timestamps`]). Every buffer is allocated
 /// once; the message headers point into them.
 pub struct RecvBatch {
     buffers: Vec<Box<[u8]>>,
@@ -318,7 +357,10 @@ impl RecvBatch {
     }
 }
 
-/// The `SCM_TIMESTAMPNS` of a received message, in ns since the epoch.
+/// The kernel's receive stamp of a received message, in ns since the
+/// epoch: the software stamp of `SCM_TIMESTAMPING` (its first timespec)
+/// or `SCM_TIMESTAMPNS`. `None` if neither is there, or the stamp is zero
+/// (no software stamp taken) or out of range.
 fn kernel_timestamp(m: &libc::msghdr) -> Option<u64> {
     // SAFETY: `m` is a header the kernel filled: its control pointer and
     // (shortened) length describe our control block, and CMSG_FIRSTHDR /
@@ -327,18 +369,21 @@ fn kernel_timestamp(m: &libc::msghdr) -> Option<u64> {
         let mut c = libc::CMSG_FIRSTHDR(m);
         while !c.is_null() {
             let h = &*c;
-            if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS {
+            let stamped = h.cmsg_level == libc::SOL_SOCKET
+                && (h.cmsg_type == SCM_TIMESTAMPING || h.cmsg_type == libc::SCM_TIMESTAMPNS);
+            // Both carry the software stamp as their first timespec; the
+            // kernel's length says it is all there (a truncated control
+            // block is not read past).
+            let whole = h.cmsg_len as usize
+                >= libc::CMSG_LEN(std::mem::size_of::<libc::timespec>() as u32) as usize;
+            if stamped && whole {
                 let mut ts: libc::timespec = std::mem::zeroed();
                 std::ptr::copy_nonoverlapping(
                     libc::CMSG_DATA(c),
                     &mut ts as *mut libc::timespec as *mut u8,
                     std::mem::size_of::<libc::timespec>(),
                 );
-                let ns = u64::try_from(ts.tv_sec)
-                    .ok()?
-                    .checked_mul(1_000_000_000)?
-                    .checked_add(u64::try_from(ts.tv_nsec).ok()?)?;
-                return Some(ns);
+                return timespec_ns(&ts);
             }
             c = libc::CMSG_NXTHDR(m, c);
         }
@@ -346,16 +391,62 @@ fn kernel_timestamp(m: &libc::msghdr) -> Option<u64> {
     None
 }
 
+/// A kernel timespec in ns since the epoch (`None`: zero, negative or
+/// beyond u64).
+fn timespec_ns(ts: &libc::timespec) -> Option<u64> {
+    let ns = u64::try_from(ts.tv_sec)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(
+            u64::try_from(ts.tv_nsec)
+                .ok()
+                .filter(|&n| n < 1_000_000_000)?,
+        )?;
+    (ns > 0).then_some(ns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sends probes from `tx` to `rx` until one arrives with a kernel
+    /// stamp. The kernel switches receive stamping on lazily (a deferred
+    /// work item) when the first socket of the host asks for it, so the
+    /// first datagrams after enabling may arrive unstamped; the relay
+    /// stamps those itself. Fails after 10 s.
+    fn until_stamped(rx: &UdpSocket, tx: &UdpSocket) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut batch = RecvBatch::new(1, 64);
+        loop {
+            tx.send_to(b"probe", rx.local_addr().unwrap()).unwrap();
+            // Loopback delivery is synchronous: the probe is queued.
+            assert_eq!(batch.recv(rx).unwrap(), 1);
+            if batch.get(0).unwrap().kernel_ns.is_some() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the kernel never stamped a datagram"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether a kernel stamp `ts` is `CLOCK_REALTIME` between two reads of
+    /// it: within a second, since the kernel's clock and the vDSO's can
+    /// differ by microseconds in a VM (a monotonic clock or garbage would
+    /// be off by years).
+    fn near(before: u64, ts: u64, after: u64) -> bool {
+        (before - 1_000_000_000..=after + 1_000_000_000).contains(&ts)
+    }
 
     #[test]
     fn a_batch_reads_every_queued_datagram_with_its_kernel_arrival_time() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_nonblocking(true).unwrap();
-        assert!(enable_kernel_timestamps(&rx));
+        assert_eq!(enable_kernel_timestamps(&rx), KernelStamps::Timestamping);
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        until_stamped(&rx, &tx);
         let before = mdbus::clock::now_ns();
         for i in 0..5u8 {
             tx.send_to(&[i; 3][..=i as usize % 3], rx.local_addr().unwrap())
@@ -371,7 +462,7 @@ mod tests {
             assert_eq!(d.data, &[i as u8; 3][..=i % 3]);
             assert!(!d.truncated);
             let ts = d.kernel_ns.expect("a kernel timestamp");
-            assert!((before..=after).contains(&ts) && ts >= last, "{ts}");
+            assert!(near(before, ts, after) && ts >= last, "{ts}");
             last = ts;
         }
         assert!(batch.get(4).is_none());
@@ -392,5 +483,99 @@ mod tests {
         assert!(d.truncated);
         assert_eq!(d.data.len(), 64);
         assert_eq!(d.kernel_ns, None, "no timestamps asked for");
+    }
+
+    /// A message header whose control block holds one control message
+    /// of `cmsg_type` carrying `stamps`, its length cut to `cut` bytes of
+    /// payload if given.
+    fn header_with(
+        control: &mut [u64; CONTROL_WORDS],
+        cmsg_type: libc::c_int,
+        stamps: &[libc::timespec],
+        cut: Option<usize>,
+    ) -> libc::msghdr {
+        // SAFETY: msghdr is plain data; all-zero is valid.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        let payload = std::mem::size_of_val(stamps);
+        // SAFETY: the control block has room for one header and three
+        // timespecs (CONTROL_WORDS), checked by the assertion.
+        unsafe {
+            let space = libc::CMSG_SPACE(payload as u32) as usize;
+            assert!(space <= CONTROL_WORDS * 8);
+            m.msg_controllen = space;
+            let c = libc::CMSG_FIRSTHDR(&m);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = cmsg_type;
+            (*c).cmsg_len = libc::CMSG_LEN(cut.unwrap_or(payload) as u32) as usize;
+            std::ptr::copy_nonoverlapping(
+                stamps.as_ptr() as *const u8,
+                libc::CMSG_DATA(c),
+                payload,
+            );
+        }
+        m
+    }
+
+    fn ts(sec: i64, nsec: i64) -> libc::timespec {
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        }
+    }
+
+    #[test]
+    fn the_arrival_time_is_the_software_stamp_of_the_control_message() {
+        let mut control = [0u64; CONTROL_WORDS];
+        // SCM_TIMESTAMPING: software stamp first, the hardware ones after
+        // (not used: another clock).
+        let m = header_with(
+            &mut control,
+            SCM_TIMESTAMPING,
+            &[ts(1_700_000_000, 123), ts(0, 0), ts(5, 6)],
+            None,
+        );
+        assert_eq!(kernel_timestamp(&m), Some(1_700_000_000_000_000_123));
+        let m = header_with(&mut control, libc::SCM_TIMESTAMPNS, &[ts(42, 7)], None);
+        assert_eq!(kernel_timestamp(&m), Some(42_000_000_007));
+        // No software stamp (only a hardware one): none, the relay stamps.
+        let m = header_with(
+            &mut control,
+            SCM_TIMESTAMPING,
+            &[ts(0, 0), ts(0, 0), ts(5, 6)],
+            None,
+        );
+        assert_eq!(kernel_timestamp(&m), None);
+        // A control message cut short is not read past its length.
+        let m = header_with(&mut control, SCM_TIMESTAMPING, &[ts(9, 9); 3], Some(8));
+        assert_eq!(kernel_timestamp(&m), None);
+        // Another control message, or an impossible timespec: none.
+        let m = header_with(&mut control, libc::SCM_RIGHTS, &[ts(9, 9)], None);
+        assert_eq!(kernel_timestamp(&m), None);
+        let m = header_with(&mut control, libc::SCM_TIMESTAMPNS, &[ts(-1, 0)], None);
+        assert_eq!(kernel_timestamp(&m), None);
+        let m = header_with(
+            &mut control,
+            libc::SCM_TIMESTAMPNS,
+            &[ts(1, 1_000_000_000)],
+            None,
+        );
+        assert_eq!(kernel_timestamp(&m), None);
+    }
+
+    #[test]
+    fn a_socket_with_only_so_timestampns_is_stamped_by_the_kernel_too() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        assert!(set_int_option(&rx, libc::SO_TIMESTAMPNS, 1));
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        until_stamped(&rx, &tx);
+        let before = mdbus::clock::now_ns();
+        tx.send_to(b"abc", rx.local_addr().unwrap()).unwrap();
+        let after = mdbus::clock::now_ns();
+        let mut batch = RecvBatch::new(2, 64);
+        assert_eq!(batch.recv(&rx).unwrap(), 1);
+        let ts = batch.get(0).unwrap().kernel_ns.expect("a kernel timestamp");
+        assert!(near(before, ts, after), "{before} {ts} {after}");
     }
 }

@@ -192,11 +192,15 @@ impl Pipeline {
     }
 
     /// Ends the datagram: flushes batched sends and records the latency
-    /// from its arrival, if any of its messages was published.
+    /// from its arrival, if any of its messages was published. Returns the
+    /// time it read for that (`None`: nothing published, no clock read),
+    /// which is also when the next datagram of a batch is picked up: a
+    /// caller without a kernel stamp for it uses it as its arrival instead
+    /// of reading the clock again.
     #[inline]
-    pub fn end_packet(&mut self) {
+    pub fn end_packet(&mut self) -> Option<u64> {
         if self.published_in_packet == 0 {
-            return;
+            return None;
         }
         if self.flush_needed {
             for p in &mut self.publishers {
@@ -211,6 +215,7 @@ impl Pipeline {
         let done = self.clock.now_ns();
         self.latency.record(done.saturating_sub(self.arrival_ns));
         self.local.timed_packets += 1;
+        Some(done)
     }
 
     /// One message, in sequence order.

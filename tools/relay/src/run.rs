@@ -569,6 +569,9 @@ impl Relay {
                         0
                     }
                 };
+                // When the relay picked up the next datagram: the end of
+                // the previous one in this batch, or a fresh reading.
+                let mut picked: Option<u64> = None;
                 for i in 0..n {
                     let Some(d) = batch.get(i) else { break };
                     got += 1;
@@ -577,10 +580,12 @@ impl Relay {
                         continue;
                     }
                     // The kernel's arrival stamp where the socket has one,
-                    // else the TSC clock now.
-                    let arrival = d.kernel_ns.unwrap_or_else(|| self.pipeline.now_ns());
+                    // else when the relay picked it up (the TSC clock).
+                    let arrival = d
+                        .kernel_ns
+                        .unwrap_or_else(|| picked.unwrap_or_else(|| self.pipeline.now_ns()));
                     let mono = round_mono + arrival.saturating_sub(round_real);
-                    self.datagram(arbiter, line, d.data, arrival, mono, rereq, s);
+                    picked = self.datagram(arbiter, line, d.data, arrival, mono, rereq, s);
                     // Not one datagram more after the end: the arbiter
                     // would follow the next session at once (whoever sent
                     // it).
@@ -631,7 +636,7 @@ impl Relay {
         mono: u64,
         rereq: Option<(&UdpSocket, SocketAddr)>,
         s: &mut Loop,
-    ) {
+    ) -> Option<u64> {
         self.pipeline.begin_packet(arrival);
         if arbiter.session().is_none() {
             if let Some(sess) = ingest::session_of(data) {
@@ -645,8 +650,9 @@ impl Relay {
             ended: &mut s.ended,
         };
         arbiter.on_packet(line, data, mono, &mut sink);
-        self.pipeline.end_packet();
+        let done = self.pipeline.end_packet();
         self.pipeline.mark_sent(mono);
+        done
     }
 
     fn run_binaryfile(
