@@ -194,6 +194,7 @@ fn mirror(slots: &Slots, s: &Shared) {
         s.gap_messages.load(Relaxed),
         s.syncs.load(Relaxed),
         s.already.load(Relaxed),
+        s.epochs.load(Relaxed),
     ]);
 }
 

@@ -108,7 +108,7 @@ pub const SUBSCRIBER_REPLAY: [(&str, Kind); 8] = [
     ("replay_restarts", C),
 ];
 /// Slots of a stream's archive recorder, in order (`rec.STREAM.`).
-pub const ARCHIVE: [(&str, Kind); 11] = [
+pub const ARCHIVE: [(&str, Kind); 12] = [
     ("open", G),
     ("recorded", C),
     ("bytes", C),
@@ -119,6 +119,7 @@ pub const ARCHIVE: [(&str, Kind); 11] = [
     ("gap_messages", C),
     ("syncs", C),
     ("already_recorded", C),
+    ("epochs", C),
     ("errors", C),
 ];
 /// Slots of a stream's archive replay service, in order
@@ -183,8 +184,7 @@ pub mod subscriber {
     pub const LAST_SEQ: usize = 10;
     pub const RECOVERY: usize = 11;
     /// The first of [`super::SUBSCRIBER_REPLAY`].
-    pub const REPLAY: usize =
-        RECOVERY + super::SUBSCRIBER_RECOVERY.len() + super::DROP_NAMES.len();
+    pub const REPLAY: usize = RECOVERY + super::SUBSCRIBER_RECOVERY.len() + super::DROP_NAMES.len();
 }
 /// Session slot indices.
 pub mod session {
