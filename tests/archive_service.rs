@@ -549,3 +549,85 @@ fn the_recorder_and_the_service_show_their_counters_in_the_counters_file() {
     drop(bus);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The late joiner's replay figures are in the counters file, in the
+/// subscriber's scope (`sub.STREAM.replayed`, `merge_seq`, ...), as
+/// `replay_stats()` has them: what mdbus-stat shows. (Here, not in
+/// archive_replay.rs, which the RDMA guest runs: the guest's 9p root
+/// cannot hold a counters file.)
+#[test]
+fn the_late_joiners_replay_counters_are_in_the_counters_file() {
+    let d = dir("replay-counted");
+    let mut cfg = Config::from_toml_str(
+        &format!(
+            "transport = \"shm\"\n[shm]\nprefix = \"mdbus-rpl-cnt-{}\"\n\
+             [streams.md]\ncapacity = 1024\nmax_message = 64\n\
+             [streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\n",
+            std::process::id(),
+            d.join("archive").display()
+        ),
+        "<test>",
+    )
+    .unwrap();
+    cfg.counters.dir = d.join("counters");
+    let bus = Bus::new(cfg).unwrap();
+    let mut publisher = bus.publisher("md").unwrap();
+    let recorder = Recorder::start(&bus, "md").unwrap();
+    let n = 3000u64;
+    for s in 1..=n {
+        publisher.publish(&payload(s)).unwrap();
+        // Never more than the ring ahead of the recorder.
+        while s - recorder.stats().last_seq > 512 {
+            std::thread::yield_now();
+        }
+    }
+    while recorder.stats().last_seq < n {
+        std::thread::yield_now();
+    }
+    let mut sub = mdbus::archive::subscribe_from(&bus, "md", 1).unwrap();
+    let mut got = 0u64;
+    // Until everything is delivered, then empty polls until the counters
+    // are copied in (every MIRROR_EVERY polls): bounded, not timed.
+    for _ in 0..1_000_000u64 {
+        sub.poll(|e| {
+            if let mdbus::Event::Message(m) = e {
+                assert_eq!(m.seq(), got + 1);
+                got += 1;
+            }
+        })
+        .unwrap();
+        if got == n {
+            // One more, live: the merge happens by then at the latest.
+            publisher.publish(&payload(n + 1)).unwrap();
+        }
+        if got == n + 1 {
+            break;
+        }
+    }
+    for _ in 0..2 * mdbus::counters::registry::MIRROR_EVERY {
+        assert_eq!(sub.poll(|_| {}).unwrap(), 0);
+    }
+    let st = sub.replay_stats().unwrap();
+    assert_eq!(got, n + 1);
+    // The ring held the last 1024: the archive gave the rest.
+    assert!(st.replayed >= n - 1024, "{st:?}");
+    assert!(st.merge_seq > 1 && st.merge_seq <= n + 1, "{st:?}");
+    let r = mdbus::counters::CountersReader::open(bus.counters_path().unwrap()).unwrap();
+    // `sub.md` is the recorder's own subscriber; the late joiner is the
+    // second.
+    let value = |label: &str| {
+        let i = r
+            .index_of(label)
+            .unwrap_or_else(|| panic!("no {label} in {:?}", r.labels()));
+        r.value(i).unwrap()
+    };
+    assert_eq!(value("sub.md#2.replayed"), st.replayed);
+    assert_eq!(value("sub.md#2.merge_seq"), st.merge_seq);
+    assert_eq!(value("sub.md#2.live_skipped"), st.live_skipped);
+    assert_eq!(value("sub.md#2.rejoins"), st.rejoins);
+    assert_eq!(value("sub.md#2.replay_gaps"), 0);
+    assert_eq!(value("sub.md#2.replay_restarts"), 0);
+    drop(sub);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
+}
