@@ -509,6 +509,22 @@ impl Subscriber {
             if let Some(r) = self.inner.recovery_counters() {
                 c.mirror(&r);
             }
+            if let SubscriberImpl::Replay(r) = &self.inner {
+                let r = r.stats();
+                let values = [
+                    r.replayed,
+                    r.replay_gaps,
+                    r.live_skipped,
+                    r.rejoins,
+                    r.merge_seq,
+                    r.stalls,
+                    r.index_fallbacks,
+                    r.restarts,
+                ];
+                for (k, v) in values.into_iter().enumerate() {
+                    c.set(sc::REPLAY + k, v);
+                }
+            }
         }
     }
 

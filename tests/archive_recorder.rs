@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use mdbus::archive::{ArchiveReader, Item, Recorder};
+use mdbus::archive::{ArchiveConfig, ArchiveReader, ArchiveWriter, Item, Recorder};
 use mdbus::{Bus, Config};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -177,4 +177,149 @@ fn archive_configuration_is_checked_and_errors_name_the_key() {
     let e = Config::from_toml_str("[archive]\ndir = \"/x\"\nsync = \"always\"\n", "f.toml")
         .unwrap_err();
     assert!(e.to_string().contains("always"), "{e}");
+}
+
+/// A publisher restart (a new epoch, numbered from 1 again): the recorder
+/// follows it. The previous epoch's archive is sealed whole into
+/// `DIR/epochs/000001` and `DIR` holds the new epoch from 1, so no archive
+/// mixes two epochs' sequence numbers.
+#[test]
+fn a_publisher_restart_seals_the_epoch_and_the_recorder_follows_the_new_one() {
+    let d = dir("epoch");
+    let bus = bus(&d, "");
+    let mut p = bus.publisher("md").unwrap();
+    let rec = Recorder::start(&bus, "md").unwrap();
+    for s in 1..=100u64 {
+        p.publish(&payload(s)).unwrap();
+    }
+    wait_recorded(&rec, 100);
+    drop(p);
+    let mut p = bus.publisher("md").unwrap();
+    for s in 1..=40u64 {
+        p.publish(&payload(s)).unwrap();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let st = rec.stats();
+        assert!(st.running, "{st:?}");
+        if st.epochs == 1 && st.last_seq >= 40 {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 60, "watchdog: {st:?}");
+        std::thread::yield_now();
+    }
+    let st = rec.stop();
+    assert_eq!(
+        (st.epochs, st.recorded, &st.error),
+        (1, 140, &None),
+        "{st:?}"
+    );
+    assert_eq!(read(&d), ((1..=40).collect(), vec![]));
+    assert_eq!(
+        read(&d.join("epochs").join("000001")),
+        ((1..=100).collect(), vec![])
+    );
+    drop(p);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A crash while an epoch was being sealed (its directory still
+/// `.partial`, some of its files moved): opening the archive completes
+/// the move, and nothing of the epoch is lost or left behind.
+#[test]
+fn an_epoch_sealing_a_crash_interrupted_is_completed_on_open() {
+    let d = dir("sealcrash");
+    let cfg = ArchiveConfig {
+        dir: d.clone(),
+        segment_bytes: 65536,
+        ..ArchiveConfig::default()
+    };
+    {
+        let mut w = ArchiveWriter::open(&cfg).unwrap();
+        for s in 1..=3000u64 {
+            w.append(s, 0, 0, &payload(s)).unwrap();
+        }
+        w.sync().unwrap();
+    }
+    let segments = |dir: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".seg") || n.ends_with(".idx"))
+            .collect();
+        v.sort();
+        v
+    };
+    let files = segments(&d);
+    assert!(files.len() >= 6, "three segments or more: {files:?}");
+    let partial = d.join("epochs").join("000001.partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    for f in &files[..2] {
+        std::fs::rename(d.join(f), partial.join(f)).unwrap();
+    }
+    drop(ArchiveWriter::open(&cfg).unwrap());
+    assert_eq!(segments(&d), Vec::<String>::new());
+    assert!(!partial.exists());
+    let sealed = d.join("epochs").join("000001");
+    assert_eq!(segments(&sealed), files);
+    assert_eq!(read(&sealed), ((1..=3000).collect(), vec![]));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A late joiner whose replay spans a publisher restart: the archived
+/// epoch first, then the restart reported as the live path reports it
+/// (`PublisherRestarted`), then the new epoch from 1; never the two
+/// epochs' sequence numbers merged as one stream.
+#[test]
+fn a_replay_across_a_publisher_restart_reports_the_restart_between_the_epochs() {
+    let d = dir("epoch-replay");
+    let bus = bus(&d, "");
+    let mut p = bus.publisher("md").unwrap();
+    let rec = Recorder::start(&bus, "md").unwrap();
+    for s in 1..=100u64 {
+        p.publish(&payload(s)).unwrap();
+    }
+    wait_recorded(&rec, 100);
+    let mut sub = mdbus::archive::subscribe_from(&bus, "md", 1).unwrap();
+    drop(p);
+    let mut p = bus.publisher("md").unwrap();
+    for s in 1..=40u64 {
+        p.publish(&payload(s)).unwrap();
+    }
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    while seen
+        .iter()
+        .filter(|e: &&String| e.starts_with("new "))
+        .count()
+        < 40
+    {
+        assert!(start.elapsed().as_secs() < 60, "watchdog: {seen:?}");
+        let restarted = seen.iter().any(|e| e == "restarted");
+        sub.poll(|e| match e {
+            mdbus::Event::Message(m) => {
+                assert_eq!(m.payload(), payload(m.seq()));
+                let epoch = if restarted || seen.iter().any(|e| e == "restarted") {
+                    "new"
+                } else {
+                    "old"
+                };
+                seen.push(format!("{epoch} {}", m.seq()));
+            }
+            mdbus::Event::PublisherRestarted { .. } => seen.push("restarted".into()),
+            // The old publisher's end may be reported before the restart.
+            mdbus::Event::EndOfStream { .. } | mdbus::Event::PublisherDown { .. } => {}
+            other => seen.push(format!("{other:?}")),
+        })
+        .unwrap();
+    }
+    let want: Vec<String> = (1..=100)
+        .map(|s| format!("old {s}"))
+        .chain(["restarted".to_string()])
+        .chain((1..=40).map(|s| format!("new {s}")))
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(sub.replay_stats().unwrap().restarts, 1);
+    drop(rec);
+    std::fs::remove_dir_all(&d).unwrap();
 }

@@ -42,11 +42,15 @@ fn bus(transport_toml: String, d: &Path, extra: &str, late_join: bool) -> Bus {
     }
     // Quick to stop: the service's accept waits this long at most. Many
     // records to a message.
+    // (A transport toml may set its own connect_timeout.)
+    let timeout = if toml.contains("connect_timeout") {
+        ""
+    } else {
+        "connect_timeout = \"300ms\"\n"
+    };
     toml = toml.replace(
         &format!("[sessions.{SERVICE}]\n"),
-        &format!(
-            "[sessions.{SERVICE}]\nconnect_timeout = \"300ms\"\nmax_message = 8192\ncapacity = 256\n"
-        ),
+        &format!("[sessions.{SERVICE}]\n{timeout}max_message = 8192\ncapacity = 256\n"),
     );
     if !toml.contains("[streams.md]") {
         toml.push_str("[streams.md]\n");
@@ -74,11 +78,25 @@ fn bus(transport_toml: String, d: &Path, extra: &str, late_join: bool) -> Bus {
 /// replays through the service, and checks it gets the whole day once,
 /// in order, while publishing goes on.
 fn whole_day_through_the_service(transport_toml: String, name: &str) {
+    whole_day_through_the_service_on(transport_toml, None, name, false);
+}
+
+/// The same, with the recorder, the service and the subscriber on a bus
+/// of their own made from `receiving` (verbs: the stream received on the
+/// second device, as on another host).
+fn whole_day_through_the_service_on(
+    transport_toml: String,
+    receiving: Option<String>,
+    name: &str,
+    verbs: bool,
+) {
     let d = dir(name);
-    let bus = bus(transport_toml, &d, "", true);
-    let mut publisher = bus.publisher("md").unwrap();
-    let recorder = Recorder::start(&bus, "md").unwrap();
-    let service = ReplayService::start(&bus, "md").unwrap();
+    let pub_bus = bus(transport_toml, &d, "", true);
+    let rx_bus = receiving.map(|t| bus(t, &d, "", true));
+    let bus = rx_bus.as_ref().unwrap_or(&pub_bus);
+    let mut publisher = pub_bus.publisher("md").unwrap();
+    let recorder = Recorder::start(bus, "md").unwrap();
+    let service = ReplayService::start(bus, "md").unwrap();
     let (seen, stats, sub) = late_join_day(
         &mut publisher,
         &recorder,
@@ -86,8 +104,12 @@ fn whole_day_through_the_service(transport_toml: String, name: &str) {
         || format!("{:?}", service.stats()),
     );
     check(seen, stats);
-    // On the live stream, the subscriber left the service.
-    wait_active(&service, 0);
+    // On the live stream, the subscriber left the service. (Not on verbs:
+    // in the RDMA guest the service still counted the requester active 60
+    // s after it closed its RC session; docs/ARCHIVE.md.)
+    if !verbs {
+        wait_active(&service, 0);
+    }
     drop(sub);
     // The archived range came through the service.
     let st = service.stats();
@@ -113,6 +135,42 @@ fn shm_late_joiner_through_the_service_gets_the_whole_day_once_in_order() {
 #[test]
 fn udp_late_joiner_through_the_service_over_tcp_gets_the_whole_day_once_in_order() {
     whole_day_through_the_service(udp_toml(), "udp");
+}
+
+mod verbs_support;
+
+/// On RDMA verbs: the stream on UD multicast from the first device to the
+/// second, the replay over an RC session on the first device (RC between
+/// the lane's two devices does not connect; see /work/shared/RXE.md). In
+/// the RDMA guest (`scripts/guest-tests archive_service`), elsewhere
+/// skipped as every verbs test is.
+#[test]
+fn verbs_late_joiner_through_the_service_over_rc_gets_the_whole_day_once_in_order() {
+    if !verbs_support::rdma_or_skip(
+        "verbs_late_joiner_through_the_service_over_rc_gets_the_whole_day_once_in_order",
+    ) {
+        return;
+    }
+    let (a, b) = (verbs_support::addr_a(), verbs_support::addr_b());
+    // rdma_cm's connection set-up takes longer than 300 ms under the
+    // guest's emulated CPUs.
+    let toml = |interface: &str| {
+        format!(
+            "transport = \"verbs\"\n[sessions.{SERVICE}]\naddress = \"{a}:{}\"\n\
+             connect_timeout = \"5s\"\n\
+             [streams.md]\ngroup = \"{}\"\ninterface = \"{interface}\"\n\
+             heartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
+            verbs_support::unique_port(),
+            verbs_support::unique_group()
+        )
+    };
+    let (publishing, mut receiving) = (toml(&a), toml(&b));
+    // One group and one service address for both buses.
+    let line = |t: &str, key: &str| t.lines().find(|l| l.starts_with(key)).unwrap().to_string();
+    for key in ["address", "group"] {
+        receiving = receiving.replace(&line(&receiving, key), &line(&publishing, key));
+    }
+    whole_day_through_the_service_on(publishing, Some(receiving), "verbs", true);
 }
 
 /// Publishes `n` messages and waits until the recorder has them all.
@@ -498,5 +556,87 @@ fn the_recorder_and_the_service_show_their_counters_in_the_counters_file() {
     assert!(st.messages >= 3000, "{st:?}");
     assert_eq!(value("replay.md.bad_requests"), 0);
     drop(bus);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The late joiner's replay figures are in the counters file, in the
+/// subscriber's scope (`sub.STREAM.replayed`, `merge_seq`, ...), as
+/// `replay_stats()` has them: what mdbus-stat shows. (Here, not in
+/// archive_replay.rs, which the RDMA guest runs: the guest's 9p root
+/// cannot hold a counters file.)
+#[test]
+fn the_late_joiners_replay_counters_are_in_the_counters_file() {
+    let d = dir("replay-counted");
+    let mut cfg = Config::from_toml_str(
+        &format!(
+            "transport = \"shm\"\n[shm]\nprefix = \"mdbus-rpl-cnt-{}\"\n\
+             [streams.md]\ncapacity = 1024\nmax_message = 64\n\
+             [streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 1048576\n",
+            std::process::id(),
+            d.join("archive").display()
+        ),
+        "<test>",
+    )
+    .unwrap();
+    cfg.counters.dir = d.join("counters");
+    let bus = Bus::new(cfg).unwrap();
+    let mut publisher = bus.publisher("md").unwrap();
+    let recorder = Recorder::start(&bus, "md").unwrap();
+    let n = 3000u64;
+    for s in 1..=n {
+        publisher.publish(&payload(s)).unwrap();
+        // Never more than the ring ahead of the recorder.
+        while s - recorder.stats().last_seq > 512 {
+            std::thread::yield_now();
+        }
+    }
+    while recorder.stats().last_seq < n {
+        std::thread::yield_now();
+    }
+    let mut sub = mdbus::archive::subscribe_from(&bus, "md", 1).unwrap();
+    let mut got = 0u64;
+    // Until everything is delivered, then empty polls until the counters
+    // are copied in (every MIRROR_EVERY polls): bounded, not timed.
+    for _ in 0..1_000_000u64 {
+        sub.poll(|e| {
+            if let mdbus::Event::Message(m) = e {
+                assert_eq!(m.seq(), got + 1);
+                got += 1;
+            }
+        })
+        .unwrap();
+        if got == n {
+            // One more, live: the merge happens by then at the latest.
+            publisher.publish(&payload(n + 1)).unwrap();
+        }
+        if got == n + 1 {
+            break;
+        }
+    }
+    for _ in 0..2 * mdbus::counters::registry::MIRROR_EVERY {
+        assert_eq!(sub.poll(|_| {}).unwrap(), 0);
+    }
+    let st = sub.replay_stats().unwrap();
+    assert_eq!(got, n + 1);
+    // The ring held the last 1024: the archive gave the rest.
+    assert!(st.replayed >= n - 1024, "{st:?}");
+    assert!(st.merge_seq > 1 && st.merge_seq <= n + 1, "{st:?}");
+    let r = mdbus::counters::CountersReader::open(bus.counters_path().unwrap()).unwrap();
+    // `sub.md` is the recorder's own subscriber; the late joiner is the
+    // second.
+    let value = |label: &str| {
+        let i = r
+            .index_of(label)
+            .unwrap_or_else(|| panic!("no {label} in {:?}", r.labels()));
+        r.value(i).unwrap()
+    };
+    assert_eq!(value("sub.md#2.replayed"), st.replayed);
+    assert_eq!(value("sub.md#2.merge_seq"), st.merge_seq);
+    assert_eq!(value("sub.md#2.live_skipped"), st.live_skipped);
+    assert_eq!(value("sub.md#2.rejoins"), st.rejoins);
+    assert_eq!(value("sub.md#2.replay_gaps"), 0);
+    assert_eq!(value("sub.md#2.replay_restarts"), 0);
+    drop(sub);
+    drop(recorder);
     std::fs::remove_dir_all(&d).unwrap();
 }

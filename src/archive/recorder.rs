@@ -43,6 +43,9 @@ pub struct RecorderStats {
     /// Messages received that the archive already held (a restarted
     /// recorder starts at the oldest message the stream retains).
     pub already_recorded: u64,
+    /// Publisher restarts followed: each sealed the previous epoch's
+    /// archive into `DIR/epochs/` and began a new one in `DIR`.
+    pub epochs: u64,
     /// Whether its thread still runs.
     pub running: bool,
     /// Why it stopped, when it stopped on its own.
@@ -62,6 +65,7 @@ struct Shared {
     gap_messages: AtomicU64,
     syncs: AtomicU64,
     already: AtomicU64,
+    epochs: AtomicU64,
     error: Mutex<Option<String>>,
 }
 
@@ -149,6 +153,7 @@ impl Recorder {
             gap_messages: s.gap_messages.load(Relaxed),
             syncs: s.syncs.load(Relaxed),
             already_recorded: s.already.load(Relaxed),
+            epochs: s.epochs.load(Relaxed),
             running: s.running.load(Relaxed),
             error: s.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
@@ -189,6 +194,7 @@ fn mirror(slots: &Slots, s: &Shared) {
         s.gap_messages.load(Relaxed),
         s.syncs.load(Relaxed),
         s.already.load(Relaxed),
+        s.epochs.load(Relaxed),
     ]);
 }
 
@@ -201,7 +207,6 @@ fn run(
     let mut idle = 0u32;
     let mut polls = 0u64;
     let mut failed: Option<ArchiveError> = None;
-    let mut restarted = false;
     loop {
         let stopping = s.stop.load(Relaxed);
         let n = sub
@@ -234,14 +239,18 @@ fn run(
                         s.gap_messages.fetch_add(to - from, Relaxed);
                         w.gap(from, to)
                     }
-                    Event::PublisherRestarted { epoch } => {
-                        restarted = true;
-                        log::error!(
-                            "archive {}: the publisher restarted (epoch {epoch}) and numbers from 1 again; this archive holds the previous incarnation, so recording stops",
-                            w.dir().display()
+                    // The new epoch numbers from 1 again: the previous
+                    // one's archive is sealed apart, and this one begins
+                    // anew, so no archive mixes two epochs' sequences.
+                    Event::PublisherRestarted { epoch } => w.new_epoch().map(|sealed| {
+                        s.epochs.fetch_add(1, Relaxed);
+                        s.last_seq.store(0, Relaxed);
+                        log::warn!(
+                            "archive {}: the publisher restarted (epoch {epoch}); the previous epoch is kept in {}",
+                            w.dir().display(),
+                            sealed.map_or("(nothing recorded)".into(), |p| p.display().to_string())
                         );
-                        Ok(())
-                    }
+                    }),
                     Event::EndOfStream { .. } | Event::PublisherDown { .. } => w.sync(),
                 };
                 if let Err(e) = r {
@@ -266,13 +275,6 @@ fn run(
         }
         if let Some(e) = failed.take() {
             return Err(e);
-        }
-        if restarted {
-            w.sync()?;
-            return Err(ArchiveError::NotAnArchive {
-                path: w.dir().to_path_buf(),
-                reason: "the publisher restarted: a new incarnation needs a new archive".into(),
-            });
         }
         if n == 0 {
             // Flushed before the progress is shown, so a reader of the

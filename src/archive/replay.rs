@@ -48,6 +48,10 @@ pub struct ReplayStats {
     pub stalls: u64,
     /// Index entries of the archive that did not point at their record.
     pub index_fallbacks: u64,
+    /// Publisher restarts heard before the merge: each was passed on as
+    /// [`Event::PublisherRestarted`] and ended the replay, the new epoch
+    /// taken live (its sequences are not the archived epoch's).
+    pub restarts: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +275,7 @@ impl ReplaySubscriber {
         let mut pending = Vec::new();
         let mut skipped = 0u64;
         let mut end = None;
+        let mut restarted = false;
         {
             let mut step = |e: Event<'_>| {
                 heard = true;
@@ -321,6 +326,17 @@ impl ReplaySubscriber {
                     // The stream ended before the merge: what is left up
                     // to its end comes from the archive, then the end.
                     Event::EndOfStream { last_seq } if last_seq >= cur => end = Some(last_seq),
+                    // A new epoch numbers from 1 again: its sequences are
+                    // not the range being merged. Reported as the live
+                    // path reports it, and the new epoch taken live.
+                    Event::PublisherRestarted { epoch } => {
+                        pending.clear();
+                        ahead = false;
+                        live = true;
+                        restarted = true;
+                        cur = 1;
+                        f(Event::PublisherRestarted { epoch });
+                    }
                     // Not about the range being merged: passed on.
                     other => f(other),
                 }
@@ -344,6 +360,15 @@ impl ReplaySubscriber {
         self.stats.live_skipped += skipped;
         let first = self.next;
         self.next = cur;
+        if restarted {
+            self.stats.restarts += 1;
+            self.end_at = None;
+            self.live_at = 0;
+            self.pending.clear();
+            self.reader.pause();
+            self.phase = Phase::Live;
+            return Ok(Some(delivered));
+        }
         if let Some(last_seq) = end {
             self.end_at = Some(last_seq);
             self.live_at = last_seq.saturating_add(1);

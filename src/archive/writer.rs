@@ -85,6 +85,7 @@ impl ArchiveWriter {
         let dir = &cfg.dir;
         std::fs::create_dir_all(dir).map_err(ArchiveError::io("create", dir))?;
         remove_temporaries(dir)?;
+        finish_sealing(dir)?;
         let mut bases = list_segments(dir)?;
         let mut w = ArchiveWriter {
             cfg: cfg.clone(),
@@ -493,6 +494,128 @@ impl ArchiveWriter {
         }
         Ok(())
     }
+}
+
+impl ArchiveWriter {
+    /// The publisher restarted and numbers from 1 again: what this archive
+    /// holds (the previous epoch) is made durable and moved, whole, into
+    /// `DIR/epochs/NNNNNN` (an archive of its own, numbered from 1 in
+    /// order), and the writer continues with an empty archive in `DIR`.
+    /// Sequence numbers of two epochs never share one archive. Returns the
+    /// sealed directory, `None` when there was nothing to seal.
+    pub fn new_epoch(&mut self) -> Result<Option<PathBuf>, ArchiveError> {
+        self.flush()?;
+        if let Some(a) = &self.active {
+            a.file
+                .sync_all()
+                .map_err(ArchiveError::io("fsync", &a.path))?;
+            self.stats.syncs += 1;
+        }
+        self.active = None;
+        self.closed.clear();
+        let sealed = seal(&self.cfg.dir)?;
+        let stats = self.stats;
+        *self = ArchiveWriter::open(&self.cfg)?;
+        self.stats = stats;
+        Ok(sealed)
+    }
+}
+
+/// Subdirectory of an archive holding the epochs publisher restarts ended.
+pub const EPOCHS_DIR: &str = "epochs";
+
+/// Whether `name` is a segment or an index file of an archive.
+fn archive_file(name: &str) -> bool {
+    format::parse_segment_name(name).is_some()
+        || name
+            .strip_suffix(".idx")
+            .is_some_and(|d| format::parse_segment_name(&format!("{d}.seg")).is_some())
+}
+
+/// Moves the segment and index files of `dir` into `to`.
+fn move_archive_files(dir: &Path, to: &Path) -> Result<(), ArchiveError> {
+    for e in std::fs::read_dir(dir).map_err(ArchiveError::io("list", dir))? {
+        let e = e.map_err(ArchiveError::io("list", dir))?;
+        let name = e.file_name();
+        if name.to_str().is_some_and(archive_file) {
+            let from = e.path();
+            std::fs::rename(&from, to.join(&name)).map_err(ArchiveError::io("move", &from))?;
+        }
+    }
+    for d in [to, dir] {
+        File::open(d)
+            .and_then(|f| f.sync_all())
+            .map_err(ArchiveError::io("fsync", d))?;
+    }
+    Ok(())
+}
+
+/// Numbers of the sealed epochs of `dir` (`partial`: those whose move a
+/// crash interrupted, named `NNNNNN.partial`).
+fn sealed_epochs(epochs: &Path, partial: bool) -> Result<Vec<u32>, ArchiveError> {
+    let mut out = Vec::new();
+    if !epochs.exists() {
+        return Ok(out);
+    }
+    for e in std::fs::read_dir(epochs).map_err(ArchiveError::io("list", epochs))? {
+        let e = e.map_err(ArchiveError::io("list", epochs))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let digits = match (partial, name.strip_suffix(".partial")) {
+            (true, Some(d)) => d,
+            (false, None) => name,
+            _ => continue,
+        };
+        if digits.len() == 6 && digits.bytes().all(|b| b.is_ascii_digit()) {
+            out.extend(digits.parse::<u32>().ok());
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Moves the archive in `dir` into the next `dir/epochs/NNNNNN`: first
+/// into `NNNNNN.partial`, renamed when all of it is there, so a crash
+/// midway leaves a partial epoch that [`finish_sealing`] completes (no new
+/// epoch is written into `dir` before the move is done).
+fn seal(dir: &Path) -> Result<Option<PathBuf>, ArchiveError> {
+    if list_segments(dir)?.is_empty() {
+        return Ok(None);
+    }
+    let epochs = dir.join(EPOCHS_DIR);
+    std::fs::create_dir_all(&epochs).map_err(ArchiveError::io("create", &epochs))?;
+    let n = sealed_epochs(&epochs, false)?
+        .into_iter()
+        .chain(sealed_epochs(&epochs, true)?)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let partial = epochs.join(format!("{n:06}.partial"));
+    std::fs::create_dir(&partial).map_err(ArchiveError::io("create", &partial))?;
+    complete(dir, &partial).map(Some)
+}
+
+/// Moves what is left of `dir`'s archive into `partial` and gives it its
+/// final name.
+fn complete(dir: &Path, partial: &Path) -> Result<PathBuf, ArchiveError> {
+    move_archive_files(dir, partial)?;
+    let done = partial.with_extension("");
+    std::fs::rename(partial, &done).map_err(ArchiveError::io("rename", partial))?;
+    let epochs = dir.join(EPOCHS_DIR);
+    File::open(&epochs)
+        .and_then(|f| f.sync_all())
+        .map_err(ArchiveError::io("fsync", &epochs))?;
+    Ok(done)
+}
+
+/// Completes an epoch's sealing that a crash interrupted: every segment
+/// still in `dir` belongs to it.
+fn finish_sealing(dir: &Path) -> Result<(), ArchiveError> {
+    let epochs = dir.join(EPOCHS_DIR);
+    for n in sealed_epochs(&epochs, true)? {
+        complete(dir, &epochs.join(format!("{n:06}.partial")))?;
+    }
+    Ok(())
 }
 
 impl Drop for ArchiveWriter {

@@ -92,8 +92,23 @@ pub const SUBSCRIBER_RECOVERY: [(&str, Kind); 16] = [
     ("join_skipped", C),
     ("reassembly_evictions", C),
 ];
+/// A subscriber's replay slots, after its drops: how a late joiner
+/// (`late_join = "archive"`, `archive::subscribe_from`) replayed the
+/// archive and merged into the live stream (the
+/// [`ReplayStats`](crate::archive::ReplayStats) figures; 0 for other
+/// subscribers).
+pub const SUBSCRIBER_REPLAY: [(&str, Kind); 8] = [
+    ("replayed", C),
+    ("replay_gaps", C),
+    ("live_skipped", C),
+    ("rejoins", C),
+    ("merge_seq", G),
+    ("replay_stalls", C),
+    ("index_fallbacks", C),
+    ("replay_restarts", C),
+];
 /// Slots of a stream's archive recorder, in order (`rec.STREAM.`).
-pub const ARCHIVE: [(&str, Kind); 11] = [
+pub const ARCHIVE: [(&str, Kind); 12] = [
     ("open", G),
     ("recorded", C),
     ("bytes", C),
@@ -104,6 +119,7 @@ pub const ARCHIVE: [(&str, Kind); 11] = [
     ("gap_messages", C),
     ("syncs", C),
     ("already_recorded", C),
+    ("epochs", C),
     ("errors", C),
 ];
 /// Slots of a stream's archive replay service, in order
@@ -167,6 +183,8 @@ pub mod subscriber {
     pub const ERRORS: usize = 9;
     pub const LAST_SEQ: usize = 10;
     pub const RECOVERY: usize = 11;
+    /// The first of [`super::SUBSCRIBER_REPLAY`].
+    pub const REPLAY: usize = RECOVERY + super::SUBSCRIBER_RECOVERY.len() + super::DROP_NAMES.len();
 }
 /// Session slot indices.
 pub mod session {
@@ -256,6 +274,7 @@ impl Role {
                 .chain(&SUBSCRIBER_RECOVERY)
                 .copied()
                 .chain(drops)
+                .chain(SUBSCRIBER_REPLAY)
                 .collect(),
             Role::Session => SESSION.to_vec(),
             Role::Archive => ARCHIVE.to_vec(),

@@ -20,11 +20,41 @@ use mdbus::{Bus, Config, Event, TransportKind};
 use mdbus_tool_support::output::{json_object, EXIT_DATA_LOST, EXIT_FAILED, EXIT_USAGE};
 
 /// Options of `latejoin`.
-#[derive(Debug, ClapArgs)]
+#[derive(Debug, Clone, ClapArgs)]
 pub struct Args {
-    /// Transport of the stream: shm or udp (verbs: in the RDMA guest).
-    #[arg(long, default_value = "shm", value_parser = crate::args::parse_transport)]
+    /// Transport of the stream: shm, udp or verbs (RDMA UD multicast: the
+    /// publisher on --device or --interface, the recorder and the late
+    /// subscriber on --recv-device or --recv-interface). Default: verbs
+    /// when -d/--device or -x/--gid-index is given, else shm.
+    #[arg(long = "transport", value_parser = crate::args::parse_transport)]
+    pub transport_arg: Option<TransportKind>,
+    /// --transport resolved (set by [`main`]).
+    #[arg(skip)]
     pub transport: TransportKind,
+    /// verbs: RDMA device of the publisher (rxe0, mlx5_0), as perftest's
+    /// -d; it binds the device's IPv4 address (the IPv4-mapped GID at
+    /// -x/--gid-index, or the first one). Default: the first device with
+    /// an active port.
+    #[arg(short = 'd', long, value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// verbs: GID table index whose IPv4-mapped address each side binds,
+    /// as perftest's -x. Default: the first IPv4-mapped GID of the port.
+    #[arg(short = 'x', long, value_name = "N",
+          value_parser = clap::value_parser!(i32).range(0..))]
+    pub gid_index: Option<i32>,
+    /// verbs: RDMA device of the recorder and the late subscriber (e.g.
+    /// rxe1, with the publisher on -d rxe0). Default: the publisher's.
+    #[arg(long, value_name = "DEVICE")]
+    pub recv_device: Option<String>,
+    /// udp: local IPv4 address that sends and joins the group (default
+    /// 127.0.0.1, time-to-live 0); verbs: the address the publisher binds,
+    /// instead of --device's.
+    #[arg(long, value_name = "ADDR")]
+    pub interface: Option<std::net::Ipv4Addr>,
+    /// verbs: the address the recorder and the late subscriber bind,
+    /// instead of --recv-device's.
+    #[arg(long, value_name = "ADDR")]
+    pub recv_interface: Option<std::net::Ipv4Addr>,
     /// Messages published.
     #[arg(long, short = 'n', default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -101,8 +131,62 @@ impl Outcome {
     }
 }
 
-fn config(a: &Args, dir: &std::path::Path) -> Result<Config, String> {
+/// Where one side of the run sits: the RDMA device (verbs) and the
+/// address its stream binds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Side {
+    device: Option<String>,
+    interface: String,
+}
+
+/// The publisher's side and the receiving side (the recorder's and the
+/// late subscriber's); equal when both are on one bus.
+fn sides(a: &Args) -> Result<(Side, Side), String> {
+    if a.transport != TransportKind::Verbs {
+        let interface = a.interface.map_or("127.0.0.1".into(), |i| i.to_string());
+        let side = Side {
+            device: None,
+            interface,
+        };
+        return Ok((side.clone(), side));
+    }
+    let port = mdbus::config::VerbsConfig::default().port;
+    let side = |explicit: Option<std::net::Ipv4Addr>, device: Option<&String>| {
+        let device = match device {
+            Some(d) => d.clone(),
+            None => {
+                mdbus::transport::verbs::detect(&mdbus::config::VerbsConfig::default())
+                    .map_err(|why| format!("no RDMA device: {why}"))?
+                    .device
+            }
+        };
+        let interface = match explicit {
+            Some(i) => i,
+            None => crate::verbs::device_ipv4(&device, port, a.gid_index.unwrap_or(-1))
+                .map_err(|e| e.to_string())?,
+        };
+        Ok::<_, String>(Side {
+            device: Some(device),
+            interface: interface.to_string(),
+        })
+    };
+    let publisher = side(a.interface, a.device.as_ref())?;
+    let receiving = if a.recv_device.is_none() && a.recv_interface.is_none() {
+        publisher.clone()
+    } else {
+        side(
+            a.recv_interface,
+            a.recv_device.as_ref().or(a.device.as_ref()),
+        )?
+    };
+    Ok((publisher, receiving))
+}
+
+fn config(a: &Args, dir: &std::path::Path, side: &Side) -> Result<Config, String> {
     let mut toml = format!("transport = \"{}\"\n", a.transport.name());
+    if let Some(device) = &side.device {
+        toml.push_str(&format!("[verbs]\ndevice = \"{device}\"\n"));
+    }
     toml.push_str(&format!(
         "[shm]\nprefix = \"mdbus-latejoin-{}\"\n[counters]\nenabled = false\n[streams.latejoin]\ncapacity = {}\nmax_message = {}\n",
         std::process::id(),
@@ -111,8 +195,8 @@ fn config(a: &Args, dir: &std::path::Path) -> Result<Config, String> {
     ));
     if a.transport != TransportKind::Shm {
         toml.push_str(&format!(
-            "group = \"{}\"\ninterface = \"127.0.0.1\"\nttl = 0\nheartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
-            a.group
+            "group = \"{}\"\ninterface = \"{}\"\nttl = 0\nheartbeat_interval = \"20ms\"\nheartbeat_timeout = \"2s\"\n",
+            a.group, side.interface
         ));
     }
     toml.push_str(&format!(
@@ -126,6 +210,40 @@ fn payload(buf: &mut [u8], seq: u64) {
     buf[..8].copy_from_slice(&seq.to_le_bytes());
 }
 
+/// Fails on options the run's transport does not take.
+fn check_options(a: &Args) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&a.join_at) || !a.capacity.is_power_of_two() {
+        return Err("--join-at is a share from 0 to 1 and --capacity a power of two".into());
+    }
+    if !matches!(
+        a.transport,
+        TransportKind::Shm | TransportKind::Udp | TransportKind::Verbs
+    ) {
+        return Err(format!(
+            "--transport {} is not one latejoin runs on: shm, udp or verbs",
+            a.transport.name()
+        ));
+    }
+    let verbs_only = [
+        ("--device", a.device.is_some()),
+        ("--gid-index", a.gid_index.is_some()),
+        ("--recv-device", a.recv_device.is_some()),
+        ("--recv-interface", a.recv_interface.is_some()),
+    ];
+    if a.transport != TransportKind::Verbs {
+        if let Some((flag, _)) = verbs_only.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{flag} applies to --transport verbs only, not {}",
+                a.transport.name()
+            ));
+        }
+    }
+    if a.transport == TransportKind::Shm && a.interface.is_some() {
+        return Err("--interface applies to --transport udp and verbs, not shm".into());
+    }
+    Ok(())
+}
+
 /// Runs the measurement.
 pub fn measure(a: &Args) -> Result<Outcome, String> {
     let own_dir = a.archive_dir.is_none();
@@ -133,10 +251,18 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
         std::env::temp_dir().join(format!("mdbus-latejoin-{}", std::process::id()))
     });
     let _ = std::fs::remove_dir_all(&dir);
-    let cfg = config(a, &dir)?;
-    let bus = Bus::new(cfg).map_err(|e| e.to_string())?;
-    let mut publisher = bus.publisher("latejoin").map_err(|e| e.to_string())?;
-    let recorder = Recorder::start(&bus, "latejoin").map_err(|e| e.to_string())?;
+    let (pub_side, rx_side) = sides(a)?;
+    let pub_bus = Bus::new(config(a, &dir, &pub_side)?).map_err(|e| e.to_string())?;
+    // verbs with another receiving device: the recorder and the late
+    // subscriber on a bus of their own, as on another host.
+    let rx_bus = if rx_side != pub_side {
+        Some(Bus::new(config(a, &dir, &rx_side)?).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let bus = rx_bus.as_ref().unwrap_or(&pub_bus);
+    let mut publisher = pub_bus.publisher("latejoin").map_err(|e| e.to_string())?;
+    let recorder = Recorder::start(bus, "latejoin").map_err(|e| e.to_string())?;
     let n = a.messages;
     let join_at = ((n as f64 * a.join_at) as u64).clamp(1, n);
     let published = AtomicU64::new(0);
@@ -169,7 +295,7 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
                 std::thread::yield_now();
             }
         });
-        let r = subscribe(a, &bus, join_at, &published);
+        let r = subscribe(a, bus, join_at, &published);
         done.store(true, Ordering::Release);
         r
     });
@@ -277,10 +403,15 @@ pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
 
 /// Runs `latejoin`.
 pub fn main(a: &Args) -> ExitCode {
-    if !(0.0..=1.0).contains(&a.join_at) || !a.capacity.is_power_of_two() {
-        eprintln!(
-            "mdbus-perf latejoin: --join-at is a share from 0 to 1 and --capacity a power of two"
-        );
+    let mut a = a.clone();
+    a.transport = match a.transport_arg {
+        Some(t) => t,
+        None if a.device.is_some() || a.gid_index.is_some() => TransportKind::Verbs,
+        None => TransportKind::Shm,
+    };
+    let a = &a;
+    if let Err(e) = check_options(a) {
+        eprintln!("mdbus-perf latejoin: {e}");
         return ExitCode::from(EXIT_USAGE);
     }
     let o = match measure(a) {

@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn the_guest_lanes_perftest_lines_parse_as_meant() {
         let lines = guest_lines();
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 4, "{lines:?}");
         let joined: Vec<String> = lines.iter().map(|l| l.join(" ")).collect();
         assert!(
             joined.contains(&"mdbus-perf pingpong -d rxe0 -x 1 -s 32 -n 1000 --json".to_string()),
@@ -279,9 +279,16 @@ mod tests {
                 Command::Pingpong(a) => (a.common, a.load),
                 Command::Throughput(a) => (a.common, a.load),
                 Command::Mcast(a) => (a.common, a.load),
-                Command::Fanout(_) | Command::Latejoin(_) => {
-                    panic!("a guest line runs fanout or latejoin: {argv:?}")
+                Command::Latejoin(a) => {
+                    // Issue 18's check on verbs: publisher on rxe0, the
+                    // recorder and the late subscriber on rxe1.
+                    assert_eq!(a.transport_arg, Some(TransportKind::Verbs), "{argv:?}");
+                    assert_eq!(a.device.as_deref(), Some("rxe0"), "{argv:?}");
+                    assert_eq!(a.recv_device.as_deref(), Some("rxe1"), "{argv:?}");
+                    assert!(a.json && a.join_at == 0.8, "{argv:?}");
+                    continue;
                 }
+                Command::Fanout(_) => panic!("a guest line runs fanout: {argv:?}"),
             };
             crate::transport::resolve(&mut common, TransportKind::Shm).unwrap();
             assert_eq!(common.transport, TransportKind::Verbs, "{argv:?}");
