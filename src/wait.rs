@@ -263,8 +263,24 @@ pub struct Adaptive {
     cfg: AdaptiveConfig,
     empty: u32,
     quiet_from: Option<Instant>,
+    /// The quiet period in force: `cfg.quiet`, doubled (up to
+    /// [`QUIET_GROWTH`] times) after each block that an event ended sooner
+    /// than that bound, back to `cfg.quiet` after a longer block.
+    quiet: Duration,
+    /// When the current block began.
+    blocked_at: Option<Instant>,
     stats: AdaptiveStats,
 }
+
+/// How far the quiet period may grow. A block that an event ends sooner
+/// than `QUIET_GROWTH` quiet periods is traffic the loop should have spun
+/// for: on a loaded host a wake-up can take milliseconds (the woken thread
+/// waits for a core), longer than the quiet period, and then two loops
+/// that answer each other (ping-pong) both block on every message from
+/// then on. Growing the quiet period past the wake-up time puts them back
+/// on the spinning path; a longer silence (an idle stream's heartbeats)
+/// resets it, so an idle subscriber still sleeps almost all the time.
+pub const QUIET_GROWTH: u32 = 16;
 
 impl Adaptive {
     /// A wait that starts on the spinning path.
@@ -273,6 +289,8 @@ impl Adaptive {
             cfg,
             empty: 0,
             quiet_from: None,
+            quiet: cfg.quiet,
+            blocked_at: None,
             stats: AdaptiveStats::default(),
         }
     }
@@ -306,11 +324,17 @@ impl Adaptive {
         }
         let now = Instant::now();
         let since = *self.quiet_from.get_or_insert(now);
-        if now.duration_since(since) < self.cfg.quiet {
+        if now.duration_since(since) < self.quiet {
             std::hint::spin_loop();
             return None;
         }
+        self.blocked_at = Some(now);
         Some(self.cfg.max_block)
+    }
+
+    /// The quiet period in force (see [`QUIET_GROWTH`]).
+    pub fn quiet(&self) -> Duration {
+        self.quiet
     }
 
     /// Records a block's end: `event` true when the event source fired,
@@ -323,6 +347,18 @@ impl Adaptive {
             self.empty = 0;
             self.quiet_from = None;
         }
+        let blocked = self.blocked_at.take().map(|t| t.elapsed());
+        self.adapt_quiet(event, blocked);
+    }
+
+    /// Grows or resets the quiet period after a block that lasted
+    /// `blocked` (see [`QUIET_GROWTH`]).
+    fn adapt_quiet(&mut self, event: bool, blocked: Option<Duration>) {
+        let bound = self.cfg.quiet * QUIET_GROWTH;
+        self.quiet = match blocked {
+            Some(d) if event && d < bound => (self.quiet * 2).min(bound),
+            _ => self.cfg.quiet,
+        };
     }
 }
 
@@ -589,5 +625,38 @@ mod tests {
             wait.wait_until(|| flag.load(Ordering::Acquire));
             setter.join().unwrap();
         }
+    }
+
+    #[test]
+    fn the_quiet_period_grows_after_early_wake_ups_and_resets_after_silence() {
+        let quiet = Duration::from_micros(500);
+        let mut w = Adaptive::new(AdaptiveConfig {
+            spin_polls: 1,
+            quiet,
+            max_block: Duration::from_millis(50),
+        });
+        // Woken by traffic 3 ms into each block (a slow wake-up on a busy
+        // host): the quiet period doubles up to its bound.
+        let early = Some(Duration::from_millis(3));
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            w.adapt_quiet(true, early);
+            seen.push(w.quiet().as_micros());
+        }
+        assert_eq!(seen, [1000, 2000, 4000, 8000, 8000, 8000]);
+        // A timeout, or an event after a long silence: back to the setting.
+        w.adapt_quiet(false, early);
+        assert_eq!(w.quiet(), quiet);
+        w.adapt_quiet(true, early);
+        w.adapt_quiet(true, Some(quiet * QUIET_GROWTH));
+        assert_eq!(w.quiet(), quiet);
+        // A zero quiet period stays zero: the setting asked never to spin
+        // beyond the empty polls.
+        let mut z = Adaptive::new(AdaptiveConfig {
+            quiet: Duration::ZERO,
+            ..*w.config()
+        });
+        z.adapt_quiet(true, Some(Duration::ZERO));
+        assert_eq!(z.quiet(), Duration::ZERO);
     }
 }

@@ -198,15 +198,17 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
 
     #[inline]
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
-        let now = monotonic_ns();
         let ts = (flags & FLAG_TIMESTAMP != 0).then_some(timestamp);
         let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         let seq = self
             .core
-            .commit_flagged(len, flags, ts, now, |d| send_all(lines, failed, mac, d))
+            .commit_flagged_at(len, flags, ts, monotonic_ns, |d| {
+                send_all(lines, failed, mac, d)
+            })
             .map_err(|e| publish_error(&self.channel, e))?;
         if self.autoflush {
-            self.core.flush(now, |d| send_all(lines, failed, mac, d));
+            self.core
+                .flush(monotonic_ns(), |d| send_all(lines, failed, mac, d));
             flush_all(lines, failed);
         }
         self.take_failure()?;

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::broadcast::{Read, Reader, RingRef, Writer, BUSY};
-use super::doorbell::{Doorbell, Woke};
+use super::doorbell::{Doorbell, Registration, Woke};
 use super::lossless::{Gate, LosslessCounters, Member};
 use super::segment::{self, Geometry, Kind, Segment};
 use super::spsc::{Consumer, PeekError, Producer};
@@ -197,8 +197,9 @@ impl Drop for ShmPublisher {
         // Release: every message committed before it is visible to a reader
         // that acquires the flag.
         self.seg.owner_closed().store(1, Ordering::Release);
-        // Sleeping subscribers learn of the end now, not at their timeout.
-        self.doorbell.ring();
+        // Sleeping subscribers learn of the end now, not at their timeout
+        // (fenced: one registering this instant must see it too).
+        self.doorbell.ring_fenced();
     }
 }
 
@@ -227,6 +228,9 @@ pub struct ShmSubscriber {
     /// This subscriber's lossless record, when `lossless = true` (an
     /// index into `seg`, no pointer).
     lossless: Option<Member>,
+    /// Counted among the doorbell's sleepers since its first sleep, so the
+    /// publisher fences only while such a subscriber exists.
+    sleeper: Registration,
 }
 
 impl ShmSubscriber {
@@ -249,6 +253,7 @@ impl ShmSubscriber {
             name: name.into(),
             seg,
             lossless,
+            sleeper: Registration::default(),
         })
     }
 
@@ -371,6 +376,8 @@ impl ShmSubscriber {
                     }
                     None => None,
                 };
+                // The next sleep registers in the new segment.
+                self.seg.doorbell().deregister(&mut self.sleeper);
                 self.reader = reader;
                 self.buf = buf;
                 self.seg = seg;
@@ -395,7 +402,10 @@ impl ShmSubscriber {
     pub fn wait_for_data(&mut self, timeout: Duration) -> bool {
         let pos = self.reader.position();
         let reader = &self.reader;
-        let woke = self.seg.doorbell().sleep(|| reader.tail() != pos, timeout);
+        let woke = self
+            .seg
+            .doorbell()
+            .sleep(&mut self.sleeper, || reader.tail() != pos, timeout);
         if self.reader.tail() == pos {
             self.idle = self.idle.max(CHECK_EVERY - 1);
         }
@@ -475,6 +485,7 @@ impl Drop for ShmSubscriber {
         if let Some(m) = self.lossless.take() {
             m.leave(&self.seg);
         }
+        self.seg.doorbell().deregister(&mut self.sleeper);
     }
 }
 

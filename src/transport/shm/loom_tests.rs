@@ -330,46 +330,102 @@ fn spsc_delivers_in_order_and_never_reuses_an_unreleased_slot() {
     );
 }
 
-/// The doorbell loses no wake-up: a reader that announced its sleep and
-/// then found the ring empty sleeps on a bell value the writer moves
-/// afterwards (so `FUTEX_WAIT` fails at once or is woken); otherwise the
-/// writer's message was visible to the reader's look.
+/// The doorbell loses no wake-up: a registered reader that announced its
+/// sleep and then found the ring empty sleeps on a bell value the writer
+/// moves afterwards (so `FUTEX_WAIT` fails at once or is woken); otherwise
+/// the writer's message was visible to the reader's look. Two messages and
+/// two sleeps, so the second round starts from the state the first left
+/// (flag taken down by the writer, or still up after a ready look).
+/// The registration precedes the writer (the thread spawn orders it, as
+/// `membarrier` does between processes; see `doorbell`).
 #[test]
 fn the_doorbell_loses_no_wake_up() {
-    use super::doorbell::Doorbell;
+    use super::doorbell::{Doorbell, Registration};
     use loom::sync::atomic::AtomicU32;
 
     struct Words {
+        sleepers: AtomicU64,
         asleep: AtomicU64,
         bell: AtomicU32,
         tail: AtomicU64,
     }
+    impl Words {
+        fn doorbell(&self) -> Doorbell {
+            // SAFETY: the words live in the Arc held by each user.
+            unsafe { Doorbell::new(&self.sleepers, &self.asleep, &self.bell) }
+        }
+    }
     model(None, || {
         let w = Arc::new(Words {
+            sleepers: AtomicU64::new(0),
             asleep: AtomicU64::new(0),
             bell: AtomicU32::new(0),
             tail: AtomicU64::new(1),
         });
+        let mut reg = Registration::default();
+        w.doorbell().register(&mut reg);
         let writer = {
             let w = Arc::clone(&w);
             thread::spawn(move || {
-                // The writer's commit: the tail with release, then the bell.
-                w.tail.store(2, crate::sync::Ordering::Release);
-                // SAFETY: the words live in the Arc held by this thread.
-                unsafe { Doorbell::new(&w.asleep, &w.bell) }.ring();
+                for next in 2..=3 {
+                    // The writer's commit: the tail with release, then the
+                    // bell.
+                    w.tail.store(next, crate::sync::Ordering::Release);
+                    w.doorbell().ring();
+                }
             })
         };
-        // SAFETY: as above.
-        let bell = unsafe { Doorbell::new(&w.asleep, &w.bell) };
-        let seen = bell.announce();
-        let ready = w.tail.load(crate::sync::Ordering::Acquire) != 1;
+        // Each round: announce, look; an empty look means a sleep, which
+        // the writer's later publish must be able to end.
+        let mut pos = 1;
+        let mut pending = Vec::new();
+        for _ in 0..2 {
+            let seen = w.doorbell().announce();
+            let tail = w.tail.load(crate::sync::Ordering::Acquire);
+            if tail != pos {
+                pos = tail;
+            } else if pos < 3 {
+                pending.push(seen);
+            }
+        }
         writer.join().unwrap();
-        if !ready {
+        for seen in pending {
             assert_ne!(
                 w.bell.load(crate::sync::Ordering::Acquire),
                 seen,
                 "the reader would sleep on a bell nobody rings"
             );
         }
+        w.doorbell().deregister(&mut reg);
+        assert_eq!(w.sleepers.load(crate::sync::Ordering::Relaxed), 0);
+    });
+}
+
+/// A writer that finds no registered sleeper does not fence, and a reader
+/// that has not registered is not owed a wake-up: after deregistering, the
+/// writer leaves the flag alone whatever the interleaving.
+#[test]
+fn an_unregistered_doorbell_is_left_alone() {
+    use super::doorbell::Doorbell;
+    use loom::sync::atomic::AtomicU32;
+
+    model(None, || {
+        let sleepers = Arc::new(AtomicU64::new(0));
+        let asleep = Arc::new(AtomicU64::new(1));
+        let bell = Arc::new(AtomicU32::new(0));
+        let writer = {
+            let (s, a, b) = (
+                Arc::clone(&sleepers),
+                Arc::clone(&asleep),
+                Arc::clone(&bell),
+            );
+            thread::spawn(move || {
+                // SAFETY: the words live in the Arcs this thread holds.
+                unsafe { Doorbell::new(&*s, &*a, &*b) }.ring();
+            })
+        };
+        writer.join().unwrap();
+        assert_eq!(bell.load(crate::sync::Ordering::Relaxed), 0);
+        assert_eq!(asleep.load(crate::sync::Ordering::Relaxed), 1);
     });
 }

@@ -10,7 +10,7 @@
 //! | 320 | peer record: pid, process start time, closed flag (sessions) |
 //! | 1024 + 512·r | control lines of ring r: producer line, consumer line |
 //! | 2048 + 64·i | lossless subscriber record i of a stream (16; see `lossless`) |
-//! | 3584, 3648 | doorbell of a stream: asleep flag, futex word (see `doorbell`) |
+//! | 3584, 3648, 3712 | doorbell of a stream: asleep flag, futex word, registered sleepers (see `doorbell`) |
 //! | 4096 | slots of ring 0, then ring 1 |
 //!
 //! A creator builds the whole segment under a temporary name and renames it
@@ -37,7 +37,7 @@ pub use crate::sys::process::{process_alive, process_start_time};
 /// First eight bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MDBUSHM\0";
 /// Layout version written and accepted by this build.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 4096;
 /// Offset of the owner-closed flag.
@@ -56,10 +56,12 @@ const CONSUMER_LINE: usize = 128;
 const LOSSLESS: usize = 2048;
 /// Lossless subscriber records in a stream's segment.
 pub const LOSSLESS_RECORDS: usize = 16;
-/// Offsets of the doorbell of ring 0 (streams): the asleep flag and the
-/// futex word, each on its own cache line; zero in a fresh segment.
+/// Offsets of the doorbell of ring 0 (streams): the asleep flag, the
+/// futex word and the count of registered sleepers, each on its own cache
+/// line; zero in a fresh segment.
 const DOORBELL_ASLEEP: usize = 3584;
 const DOORBELL_BELL: usize = 3648;
+const DOORBELL_SLEEPERS: usize = 3712;
 /// Bytes covered by the header checksum.
 const CHECKED_BYTES: usize = 72;
 /// Bytes of the sealed header: the checked fields and their checksum.
@@ -432,10 +434,16 @@ impl Segment {
     /// The doorbell of ring 0, with which a stream's idle subscribers sleep.
     pub fn doorbell(&self) -> super::doorbell::Doorbell {
         let bell = self.word(DOORBELL_BELL) as *const AtomicU64 as *const AtomicU32;
-        // SAFETY: both words lie in the header, which the segment keeps
+        // SAFETY: the words lie in the header, which the segment keeps
         // mapped; the bell is only ever accessed as this atomic u32 (the
         // first half of an 8-aligned word, so aligned).
-        unsafe { super::doorbell::Doorbell::new(self.word(DOORBELL_ASLEEP), bell) }
+        unsafe {
+            super::doorbell::Doorbell::new(
+                self.word(DOORBELL_SLEEPERS),
+                self.word(DOORBELL_ASLEEP),
+                bell,
+            )
+        }
     }
 
     /// First slot word of ring `r`.
@@ -649,13 +657,13 @@ mod tests {
             decode_header(&flipped, Kind::Stream, total),
             Err(SegmentProblem::Corrupt("header checksum does not match"))
         );
-        let mut v2 = raw;
-        v2[8] = 2;
+        let mut v9 = raw;
+        v9[8] = 9;
         assert_eq!(
-            decode_header(&v2, Kind::Stream, total),
+            decode_header(&v9, Kind::Stream, total),
             Err(SegmentProblem::Version {
-                found: 2,
-                supported: 1
+                found: 9,
+                supported: VERSION
             })
         );
         let mut magic = raw;
