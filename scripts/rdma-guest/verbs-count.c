@@ -104,8 +104,18 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     static struct ibv_context *(*real)(struct ibv_device *);
     if (!real)
         real = (struct ibv_context * (*)(struct ibv_device *)) dlsym(RTLD_NEXT, "ibv_open_device");
-    if (!real)
-        return NULL;
+    if (!real) {
+        /* A program that loads libibverbs with dlopen (mdbus does, with
+         * RTLD_LOCAL) hides it from RTLD_NEXT; librdmacm, its dependant,
+         * still calls here. Take the function from the loaded library. */
+        void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (lib)
+            real = (struct ibv_context * (*)(struct ibv_device *)) dlsym(lib, "ibv_open_device");
+    }
+    if (!real) {
+        fprintf(stderr, "verbs-count: ibv_open_device not found\n");
+        abort();
+    }
     struct ibv_context *ctx = real(device);
     if (!ctx)
         return ctx;

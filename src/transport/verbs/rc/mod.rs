@@ -130,9 +130,10 @@ pub struct RcSession {
     send_completions: u64,
     /// Work completions polled, of every status, from both queues.
     completions: u64,
-    /// Buffers this session reposted to its acceptor's shared receive
-    /// queue (the queue pair's own posts are counted by `qp`).
-    srq_posted: super::VerbsWork,
+    /// Work posted outside `qp`: buffers reposted to the acceptor's
+    /// shared receive queue, and the receive rings of connect attempts
+    /// that failed (the queue pair's own posts are counted by `qp`).
+    extra_posted: super::VerbsWork,
     keepalive: KeepAlive,
     /// Connection requests refused (not allowed, wrong session, extra).
     rejected: u64,
@@ -247,7 +248,7 @@ impl RcSession {
     /// Verbs work this end has asked of the device so far: work requests
     /// and doorbells posted, completions polled.
     pub fn verbs_work(&self) -> super::VerbsWork {
-        let mut w = self.qp.posted().plus(self.srq_posted);
+        let mut w = self.qp.posted().plus(self.extra_posted);
         w.completions = self.completions;
         w
     }

@@ -403,7 +403,7 @@ impl RcSession {
             seq_at: vec![0; sq_depth as usize].into_boxed_slice(),
             send_completions: 0,
             completions: 0,
-            srq_posted: Default::default(),
+            extra_posted: Default::default(),
             keepalive: KeepAlive {
                 interval: vcfg.keepalive_interval,
                 timeout: vcfg.keepalive_timeout,

@@ -691,8 +691,8 @@ impl RcSession {
         };
         let k = b.nreleased.min(n);
         if k > 0 {
-            self.srq_posted.recv_wrs += u64::from(k);
-            self.srq_posted.recv_doorbells += 1;
+            self.extra_posted.recv_wrs += u64::from(k);
+            self.extra_posted.recv_doorbells += 1;
         }
         // SAFETY: the released buffers were delivered and their callbacks
         // returned, so nothing refers to them.
