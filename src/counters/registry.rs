@@ -901,6 +901,17 @@ mod tests {
         assert_eq!((sent, received), (1, 1));
         let bytes = value(&r, "sess.orders.bytes_sent") + value(&r, "sess.orders#2.bytes_sent");
         assert_eq!(bytes, 9);
+        // The verbs work slots are there on every transport, 0 off verbs.
+        assert_eq!(client.verbs_work(), None);
+        for c in [
+            "send_wrs",
+            "send_doorbells",
+            "recv_wrs",
+            "recv_doorbells",
+            "completions",
+        ] {
+            assert_eq!(value(&r, &format!("sess.orders.verbs_{c}")), 0, "{c}");
+        }
         drop((client, server));
         drop(bus);
         assert!(!path.exists(), "a bus without errors removes its file");
