@@ -93,3 +93,5 @@ pub use stream::{Claim, Publisher, Subscriber, SubscriberStats};
 /// NUMA placement and thread pinning; lives in [`sys::affinity`].
 #[cfg(not(loom))]
 pub use sys::affinity;
+#[cfg(not(loom))]
+pub use transport::verbs::VerbsWork;

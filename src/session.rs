@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::shm::ShmSession;
 use crate::transport::tcp::TcpSession;
-use crate::transport::verbs::RcSession;
+use crate::transport::verbs::{RcSession, VerbsWork};
 use crate::transport::SessionEnd;
 use crate::wait::{Wait, WaitStrategy};
 use crate::wire::FLAG_TIMESTAMP;
@@ -134,6 +134,28 @@ impl Session {
         self.stats
     }
 
+    /// Verbs work this end has asked of its RDMA device so far (work
+    /// requests and doorbells posted, completions polled); `None` on shm
+    /// and tcp.
+    pub fn verbs_work(&self) -> Option<VerbsWork> {
+        match &self.inner {
+            SessionImpl::Verbs(t) => Some(t.verbs_work()),
+            _ => None,
+        }
+    }
+
+    /// Copies the verbs work counts into the counters file (every
+    /// `MIRROR_EVERY` calls and at close: they change with every message,
+    /// and a reader needs no per-message precision).
+    #[cold]
+    fn mirror_work(&self) {
+        if let (Some(c), Some(w)) = (&self.counters, self.verbs_work()) {
+            for (i, v) in w.values().into_iter().enumerate() {
+                c.set(sc::VERBS_WORK + i, v);
+            }
+        }
+    }
+
     fn check_len(&self, len: usize) -> Result<()> {
         let max = self.max_message();
         if len > max {
@@ -223,7 +245,9 @@ impl Session {
                 c.set(sc::MESSAGES_RECEIVED, self.stats.received);
                 c.set(sc::BYTES_RECEIVED, self.bytes_received);
             }
-            c.tick();
+            if c.tick() {
+                self.mirror_work();
+            }
         }
         Ok(n)
     }
@@ -241,6 +265,16 @@ impl Session {
     /// [`Error::PeerClosed`] once it has read everything sent before.
     pub fn close(mut self) {
         with_end!(&mut self.inner, t => t.close());
+        self.mirror_work();
+    }
+
+    /// Closes this end as [`Session::close`] does and returns the verbs
+    /// work it asked of its device, the close included (`None` on shm and
+    /// tcp).
+    pub fn close_counted(mut self) -> Option<VerbsWork> {
+        with_end!(&mut self.inner, t => t.close());
+        self.mirror_work();
+        self.verbs_work()
     }
 
     #[inline]
@@ -256,13 +290,22 @@ impl Session {
         };
         self.stats.sent += 1;
         self.bytes_sent += len as u64;
-        if let Some(c) = &self.counters {
+        if let Some(c) = &mut self.counters {
             // Single-writer relaxed stores: no lock, no read-modify-write.
             c.set(sc::MESSAGES_SENT, self.stats.sent);
             c.set(sc::BYTES_SENT, self.bytes_sent);
             c.set(sc::LAST_SEQ_SENT, seq);
+            if c.tick() {
+                self.mirror_work();
+            }
         }
         Ok(seq)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.mirror_work();
     }
 }
 

@@ -553,3 +553,63 @@ fn signaling_and_credits_on_a_real_qp() {
     assert_eq!(a.send_completions(), 10, "40 sends, signal every 4");
     assert_eq!(a.acked(), 40);
 }
+
+/// The library's own count of verbs work: with `recv_batch` 2, the
+/// receiver reposts its 40 buffers two per `ibv_post_recv` and takes one
+/// receive completion per message; the sender rings one doorbell per
+/// request.
+#[test]
+fn verbs_work_counts_posts_doorbells_and_completions() {
+    if !rdma_or_skip("verbs_work_counts_posts_doorbells_and_completions") {
+        return;
+    }
+    let scfg = SessionConfig {
+        address: format!("{}:{}", addr_a(), unique_port()),
+        max_message: 16,
+        capacity: 8,
+        ..SessionConfig::default()
+    };
+    let vcfg = VerbsConfig {
+        signal_every: 4,
+        recv_batch: 2,
+        ..VerbsConfig::default()
+    };
+    let (mut a, mut b) = pair(&scfg, &vcfg);
+    let (a0, b0) = (a.verbs_work(), b.verbs_work());
+    // Set-up posted the receive ring (at least `capacity` buffers).
+    assert!(b0.recv_wrs >= 8 && b0.recv_doorbells >= 1, "{b0:?}");
+    let mut next = 1u64;
+    for seq in 1..=40u64 {
+        send(&mut a, &seq.to_le_bytes(), 0);
+        while next <= seq {
+            b.poll(64, &mut |m: mdbus::Message<'_>| {
+                assert_eq!(m.seq(), next);
+                next += 1;
+            })
+            .unwrap();
+        }
+    }
+    let (a1, b1) = (a.verbs_work(), b.verbs_work());
+    assert_eq!(b1.recv_wrs - b0.recv_wrs, 40, "{b0:?} -> {b1:?}");
+    assert_eq!(
+        b1.recv_doorbells - b0.recv_doorbells,
+        20,
+        "{b0:?} -> {b1:?}"
+    );
+    assert!(b1.completions - b0.completions >= 40, "{b0:?} -> {b1:?}");
+    // Credit writes: one per repost batch (keep-alives may add more).
+    assert!(b1.send_wrs - b0.send_wrs >= 20, "{b0:?} -> {b1:?}");
+    assert!(a1.send_wrs - a0.send_wrs >= 40, "{a0:?} -> {a1:?}");
+    // Sessions post one request per doorbell.
+    assert_eq!(
+        a1.send_wrs - a0.send_wrs,
+        a1.send_doorbells - a0.send_doorbells
+    );
+    assert_eq!(
+        b1.send_wrs - b0.send_wrs,
+        b1.send_doorbells - b0.send_doorbells
+    );
+    // The sender has no receive traffic in send mode (its ring was posted
+    // at set-up only).
+    assert_eq!(a1.recv_wrs, a0.recv_wrs, "{a0:?} -> {a1:?}");
+}

@@ -138,7 +138,7 @@ pub const REPLAY_SERVICE: [(&str, Kind); 11] = [
     ("errors", C),
 ];
 /// Slots of a session end, in order.
-pub const SESSION: [(&str, Kind); 8] = [
+pub const SESSION: [(&str, Kind); 13] = [
     ("open", G),
     ("messages_sent", C),
     ("messages_received", C),
@@ -147,6 +147,11 @@ pub const SESSION: [(&str, Kind); 8] = [
     ("credit_stalls", C),
     ("errors", C),
     ("last_seq_sent", G),
+    ("verbs_send_wrs", C),
+    ("verbs_send_doorbells", C),
+    ("verbs_recv_wrs", C),
+    ("verbs_recv_doorbells", C),
+    ("verbs_completions", C),
 ];
 /// Slots of the bus itself (`bus.OWNER.COUNTER`).
 pub const BUS: [(&str, Kind); 6] = [
@@ -197,6 +202,10 @@ pub mod session {
     pub const CREDIT_STALLS: usize = 5;
     pub const ERRORS: usize = 6;
     pub const LAST_SEQ_SENT: usize = 7;
+    /// The first of the five verbs work counts, in
+    /// [`VerbsWork::values`](crate::transport::verbs::VerbsWork::values)
+    /// order; copied in every `MIRROR_EVERY` calls and at close.
+    pub const VERBS_WORK: usize = 8;
 }
 const BUS_ERRORS: usize = 0;
 const BUS_ASYNC_EVENTS: usize = 1;
@@ -911,6 +920,17 @@ mod tests {
         assert_eq!((sent, received), (1, 1));
         let bytes = value(&r, "sess.orders.bytes_sent") + value(&r, "sess.orders#2.bytes_sent");
         assert_eq!(bytes, 9);
+        // The verbs work slots are there on every transport, 0 off verbs.
+        assert_eq!(client.verbs_work(), None);
+        for c in [
+            "send_wrs",
+            "send_doorbells",
+            "recv_wrs",
+            "recv_doorbells",
+            "completions",
+        ] {
+            assert_eq!(value(&r, &format!("sess.orders.verbs_{c}")), 0, "{c}");
+        }
         drop((client, server));
         drop(bus);
         assert!(!path.exists(), "a bus without errors removes its file");

@@ -46,6 +46,50 @@ use verbs_sys::{Rdmacm, Verbs};
 
 use crate::error::Result;
 
+/// Verbs work one handle has asked of its device, counted by the
+/// handle's own thread (plain adds, nothing shared): what a NIC pays for
+/// per message, comparable with perftest's (docs/PERFORMANCE.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerbsWork {
+    /// Send work requests posted (messages, credit and close writes,
+    /// keep-alives).
+    pub send_wrs: u64,
+    /// `ibv_post_send` calls: doorbells on the send queue.
+    pub send_doorbells: u64,
+    /// Receive work requests posted (to the queue pair or, for a session
+    /// on a shared receive queue, its buffers reposted to that queue).
+    pub recv_wrs: u64,
+    /// `ibv_post_recv` and `ibv_post_srq_recv` calls.
+    pub recv_doorbells: u64,
+    /// Work completions taken by `ibv_poll_cq` (send and receive queues).
+    pub completions: u64,
+}
+
+impl VerbsWork {
+    /// The sum of two counts.
+    pub fn plus(self, o: VerbsWork) -> VerbsWork {
+        VerbsWork {
+            send_wrs: self.send_wrs + o.send_wrs,
+            send_doorbells: self.send_doorbells + o.send_doorbells,
+            recv_wrs: self.recv_wrs + o.recv_wrs,
+            recv_doorbells: self.recv_doorbells + o.recv_doorbells,
+            completions: self.completions + o.completions,
+        }
+    }
+
+    /// The five counts, in the order of the counters file's slots
+    /// (`verbs_send_wrs` ... `verbs_completions`).
+    pub fn values(self) -> [u64; 5] {
+        [
+            self.send_wrs,
+            self.send_doorbells,
+            self.recv_wrs,
+            self.recv_doorbells,
+            self.completions,
+        ]
+    }
+}
+
 /// Both loaded libraries.
 #[derive(Clone, Copy)]
 pub(crate) struct Lib {

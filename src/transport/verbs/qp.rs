@@ -14,7 +14,23 @@ use super::cq::Cq;
 use super::errors;
 use super::pd::Pd;
 use super::srq::Srq;
+use super::VerbsWork;
 use crate::error::Result;
+
+/// Requests in a chain of send or receive requests (0 for null).
+macro_rules! chain_len {
+    ($wr:expr) => {{
+        let mut n = 0u64;
+        let mut w = $wr;
+        while !w.is_null() {
+            n += 1;
+            // SAFETY: the caller's chain has valid `next` links, as
+            // ibv_post_send and ibv_post_recv themselves require.
+            w = unsafe { (*w).next };
+        }
+        n
+    }};
+}
 
 /// The one scatter/gather entry of a send: `len` bytes at `src`, in the
 /// region registered with `lkey` (or copied inline when the request says
@@ -65,6 +81,9 @@ pub(crate) struct CmQp {
     cm: &'static Rdmacm,
     qp: NonNull<ibv_qp>,
     id: NonNull<verbs_sys::rdma_cm_id>,
+    /// Work posted through this queue pair (completions are counted by
+    /// the owner, which polls the queues).
+    posted: VerbsWork,
 }
 
 impl CmQp {
@@ -196,6 +215,7 @@ impl CmQp {
                 cm,
                 qp: NonNull::new(qp).expect("rdma_create_qp set id->qp"),
                 id: NonNull::new(id.as_raw()).expect("live id"),
+                posted: VerbsWork::default(),
             },
             granted,
         ))
@@ -218,6 +238,8 @@ impl CmQp {
         &mut self,
         wr: *mut ibv_send_wr,
     ) -> std::result::Result<(), i32> {
+        self.posted.send_wrs += chain_len!(wr);
+        self.posted.send_doorbells += 1;
         let mut bad = std::ptr::null_mut();
         // SAFETY: the QP is live; `&mut self` makes this the only poster;
         // the requests are the caller's responsibility.
@@ -239,6 +261,8 @@ impl CmQp {
         &mut self,
         wr: *mut ibv_recv_wr,
     ) -> std::result::Result<(), i32> {
+        self.posted.recv_wrs += chain_len!(wr);
+        self.posted.recv_doorbells += 1;
         let mut bad = std::ptr::null_mut();
         // SAFETY: as in post_send.
         let rc = unsafe { verbs_sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
@@ -251,6 +275,11 @@ impl CmQp {
 }
 
 impl CmQp {
+    /// Work requests and doorbells posted so far (`completions` is 0).
+    pub(crate) fn posted(&self) -> VerbsWork {
+        self.posted
+    }
+
     /// Moves the queue pair to the error state (fault injection in tests):
     /// outstanding requests are flushed.
     pub(crate) fn force_error(&mut self, verbs: &Verbs) -> std::result::Result<(), i32> {

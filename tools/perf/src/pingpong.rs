@@ -28,7 +28,7 @@ use mdbus_tool_support::percentiles::{latency_histogram, nanos};
 use crate::common::{bounded_capacity, cores_line, watchdog, Common, Failure, Load};
 use crate::flow::{counter, counter_of, is_end, write_counter, write_end};
 use crate::peer::{self, Peer};
-use crate::report::{self, LatencyRow};
+use crate::report::{self, LatencyRow, WorkFields};
 use crate::side;
 
 /// Payload bytes without -s.
@@ -146,6 +146,11 @@ struct Measured {
     /// Every figure of `rtt_ns` halved: the one-way share perftest's
     /// latency tests report.
     half_rtt_ns: LatencyNs,
+    /// Verbs: ping's end's work over the messages it sent (warm-up and
+    /// end mark included). Both ends do the same, so this is also the
+    /// pair's work per message.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    work: Option<WorkFields>,
 }
 
 /// What pong did at one size, for its report when run by hand.
@@ -154,6 +159,9 @@ struct Echoed {
     size_bytes: u64,
     /// Messages echoed (warm-up included).
     messages: u64,
+    /// Verbs: pong's end's work over the messages it echoed.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    work: Option<WorkFields>,
 }
 
 /// Runs the command.
@@ -356,6 +364,18 @@ impl Link {
         Ok(())
     }
 
+    /// Closes a session and returns its verbs work over the messages it
+    /// sent; `None` for streams and other transports.
+    fn close_counted(self) -> Option<WorkFields> {
+        match self {
+            Link::Session(s) => {
+                let sent = s.stats().sent;
+                WorkFields::of(s.close_counted(), sent)
+            }
+            Link::Streams { .. } => None,
+        }
+    }
+
     /// After the last message: a stream publisher goes on answering
     /// retransmit requests (the stop message may need one) until the other
     /// side's stream ends, its process (if ours) exits, or `limit` passes.
@@ -512,6 +532,7 @@ fn ping(
     write_end(&mut out);
     link.send(&out)?;
     link.linger(peer, &mut back, args.common.timeout())?;
+    let work = link.close_counted();
     let rtt_ns = LatencyNs::of(&hist);
     Ok(Measured {
         size_bytes: size as u64,
@@ -520,6 +541,7 @@ fn ping(
         seconds: first.map_or(0.0, |t| (end - t).as_secs_f64()),
         rtt_ns,
         half_rtt_ns: rtt_ns.halved(),
+        work,
     })
 }
 
@@ -552,6 +574,7 @@ fn pong(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<Echoed, Failure
     Ok(Echoed {
         size_bytes: size,
         messages: echoed,
+        work: link.close_counted(),
     })
 }
 
@@ -717,6 +740,7 @@ mod tests {
             seconds: 0.5,
             rtt_ns,
             half_rtt_ns: rtt_ns.halved(),
+            work: None,
         };
         let head = Head {
             transport: "shm",
@@ -731,5 +755,42 @@ mod tests {
         assert_eq!(v["half_rtt_ns"]["p50"], 1000);
         assert_eq!(v["half_rtt_ns"]["min"], 500);
         assert_eq!(v["rtt_ns"]["count"], 3);
+        assert!(v.get("work_per_msg").is_none(), "{v}");
+    }
+
+    #[test]
+    fn verbs_work_serialises_totals_and_per_message() {
+        let mut h = latency_histogram();
+        h.record(1000).unwrap();
+        let rtt_ns = LatencyNs::of(&h);
+        let work = mdbus::VerbsWork {
+            send_wrs: 2050,
+            send_doorbells: 2050,
+            recv_wrs: 1280,
+            recv_doorbells: 9,
+            completions: 1300,
+        };
+        let m = Measured {
+            size_bytes: 32,
+            round_trips: 1,
+            warmup_round_trips: 0,
+            seconds: 0.5,
+            rtt_ns,
+            half_rtt_ns: rtt_ns.halved(),
+            work: WorkFields::of(Some(work), 2000),
+        };
+        let head = Head {
+            transport: "verbs",
+            channel: Channel::Session,
+            role: None,
+        };
+        let v = report::object("pingpong", &head, &[m], false);
+        assert_eq!(mdbus_tool_support::output::check_convention(&v), Ok(()));
+        assert_eq!(v["verbs_work"]["messages"], 2000);
+        assert_eq!(v["verbs_work"]["totals"]["recv_doorbells"], 9);
+        assert_eq!(v["work_per_msg"]["send_wrs"], 1.025);
+        assert_eq!(v["work_per_msg"]["recv_wrs"], 0.64);
+        assert_eq!(v["work_per_msg"]["recv_doorbells"], 0.005);
+        assert_eq!(v["work_per_msg"]["completions"], 0.65);
     }
 }

@@ -183,3 +183,82 @@ mod tests {
         assert_eq!(Bandwidth::heading(true), "Gb/s");
     }
 }
+
+/// The verbs work one session end asked of its device over a run (work
+/// requests and doorbells posted, completions polled: what a NIC pays
+/// for), in total and per message, as `verbs_work` and `work_per_msg`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Work {
+    /// Messages the figures are divided by.
+    pub messages: u64,
+    /// The totals, set-up and close included.
+    pub totals: WorkCounts<u64>,
+}
+
+/// The five counts of [`mdbus::VerbsWork`], totals or per message.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WorkCounts<T> {
+    /// Send work requests posted.
+    pub send_wrs: T,
+    /// `ibv_post_send` calls.
+    pub send_doorbells: T,
+    /// Receive work requests posted.
+    pub recv_wrs: T,
+    /// `ibv_post_recv` / `ibv_post_srq_recv` calls.
+    pub recv_doorbells: T,
+    /// Work completions polled.
+    pub completions: T,
+}
+
+impl Work {
+    /// `w` over `messages`.
+    pub fn of(w: mdbus::VerbsWork, messages: u64) -> Work {
+        Work {
+            messages,
+            totals: WorkCounts {
+                send_wrs: w.send_wrs,
+                send_doorbells: w.send_doorbells,
+                recv_wrs: w.recv_wrs,
+                recv_doorbells: w.recv_doorbells,
+                completions: w.completions,
+            },
+        }
+    }
+
+    /// Each count divided by the messages, to three decimals.
+    pub fn per_msg(&self) -> WorkCounts<f64> {
+        let m = self.messages.max(1) as f64;
+        let per = |x: u64| (x as f64 / m * 1000.0).round() / 1000.0;
+        let t = &self.totals;
+        WorkCounts {
+            send_wrs: per(t.send_wrs),
+            send_doorbells: per(t.send_doorbells),
+            recv_wrs: per(t.recv_wrs),
+            recv_doorbells: per(t.recv_doorbells),
+            completions: per(t.completions),
+        }
+    }
+}
+
+/// How a report carries [`Work`]: `verbs_work` (messages and totals) and
+/// `work_per_msg`, both absent on transports other than verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WorkFields {
+    /// This end's totals and the messages they cover.
+    pub verbs_work: Work,
+    /// The totals per message.
+    pub work_per_msg: WorkCounts<f64>,
+}
+
+impl WorkFields {
+    /// The fields for `w` over `messages`, or `None` without verbs work.
+    pub fn of(w: Option<mdbus::VerbsWork>, messages: u64) -> Option<WorkFields> {
+        w.map(|w| {
+            let verbs_work = Work::of(w, messages);
+            WorkFields {
+                verbs_work,
+                work_per_msg: verbs_work.per_msg(),
+            }
+        })
+    }
+}

@@ -40,7 +40,7 @@ use crate::flow::{
     write_counter, write_end, Drained,
 };
 use crate::peer::{self, wait_for_go, Peer};
-use crate::report::{self, Bandwidth};
+use crate::report::{self, Bandwidth, WorkFields};
 use crate::side;
 
 /// Payload bytes without -s.
@@ -207,6 +207,10 @@ struct Report {
     msgs_per_sec: f64,
     #[serde(flatten)]
     bandwidth: Bandwidth,
+    /// Verbs sessions: the receiving end's work over the messages it
+    /// received.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    work: Option<WorkFields>,
 }
 
 /// What a sender run alone measured at one size.
@@ -218,6 +222,9 @@ struct PublisherReport {
     msgs_per_sec: f64,
     #[serde(flatten)]
     bandwidth: Bandwidth,
+    /// Verbs sessions: the sending end's work over the messages it sent.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    work: Option<WorkFields>,
 }
 
 /// Runs the command.
@@ -245,8 +252,11 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
         for (i, &size) in sizes.iter().enumerate() {
             let name = side::size_channel(&mut args.common, &name, size, i, sweep, has_role)?;
             let bus = bus(&args, &name, size)?;
-            let (count, ns) = match args.channel() {
-                Channel::Stream => publish(&args, &bus, &name, size)?,
+            let (count, ns, work) = match args.channel() {
+                Channel::Stream => {
+                    let (count, ns) = publish(&args, &bus, &name, size)?;
+                    (count, ns, None)
+                }
                 Channel::Session => send(&args, &bus, &name, size)?,
             };
             let rate = per_sec(count, ns);
@@ -256,6 +266,7 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                 seconds: ns as f64 / 1e9,
                 msgs_per_sec: rate.round(),
                 bandwidth: Bandwidth::of(rate, size, args.report_gbits),
+                work,
             });
         }
         if args.common.json && !args.common.spawned {
@@ -438,9 +449,14 @@ fn publish(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), 
     Ok((sent, ns))
 }
 
-/// Sends `-n` messages on the session, or for `-D`; returns how many and
-/// the nanoseconds it took.
-fn send(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), Failure> {
+/// Sends `-n` messages on the session, or for `-D`; returns how many,
+/// the nanoseconds it took and (verbs) the session's work.
+fn send(
+    args: &Args,
+    bus: &Bus,
+    name: &str,
+    size: u64,
+) -> Result<(u64, u64, Option<WorkFields>), Failure> {
     let mut session = bus
         .session_connect(name)
         .map_err(|e| args.common.peer_wait(e))?;
@@ -467,8 +483,8 @@ fn send(args: &Args, bus: &Bus, name: &str, size: u64) -> Result<(u64, u64), Fai
     }
     let ns = nanos(t0.elapsed());
     // Closing sends what is left and tells the receiver this is the end.
-    session.close();
-    Ok((sent, ns))
+    let work = WorkFields::of(session.close_counted(), sent);
+    Ok((sent, ns, work))
 }
 
 fn receive(
@@ -541,6 +557,7 @@ fn subscribe(
         seconds: ns as f64 / 1e9,
         msgs_per_sec: rate.round(),
         bandwidth: Bandwidth::of(rate, size, args.report_gbits),
+        work: None,
     })
 }
 
@@ -598,6 +615,7 @@ fn receive_session(
     // A session delivers everything in order (checked above), so what
     // arrived is what was sent.
     let received = session.stats().received;
+    let work = WorkFields::of(session.close_counted(), received);
     let rate = per_sec(received, span.ns());
     Ok(Report {
         size_bytes: size,
@@ -609,6 +627,7 @@ fn receive_session(
         seconds: span.ns() as f64 / 1e9,
         msgs_per_sec: rate.round(),
         bandwidth: Bandwidth::of(rate, size, args.report_gbits),
+        work,
     })
 }
 

@@ -11,7 +11,7 @@ use verbs_sys::{
 };
 
 use super::super::cm::{CmEvent, CmId, ConnParam, EventChannel};
-use super::super::{errors, lib, Lib};
+use super::super::{errors, lib, Lib, VerbsWork};
 use super::hello::{name_hash, Hello};
 use super::setup::Parts;
 use super::{RcSession, FIRST_STEP, RETRY_COUNT, RETRY_PAUSE, RNR_RETRY};
@@ -288,17 +288,20 @@ impl RcSession {
         // What the last attempt learnt; one cut short by the deadline keeps
         // rdma_cm's answer to the one before, which says more.
         let mut answer: Option<String> = None;
+        // Work posted by attempts that failed, counted in the session's.
+        let mut spent = VerbsWork::default();
         loop {
             let step_floor = first.then(|| Instant::now() + FIRST_STEP);
             first = false;
             match Self::attempt(
-                lib, &events, addr, deadline, step_floor, cfg, vcfg, name, &channel,
+                lib, &events, addr, deadline, step_floor, cfg, vcfg, name, &channel, &mut spent,
             ) {
                 Ok((parts, id, peer)) => {
                     let peer_addr = addr.to_string();
-                    return Ok(RcSession::new(
-                        channel, parts, id, events, peer, peer_addr, cfg, vcfg, 0,
-                    ));
+                    let mut s =
+                        RcSession::new(channel, parts, id, events, peer, peer_addr, cfg, vcfg, 0);
+                    s.extra_posted = s.extra_posted.plus(spent);
+                    return Ok(s);
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(reason, answered)) => {
@@ -335,6 +338,7 @@ impl RcSession {
         vcfg: &VerbsConfig,
         name: &str,
         channel: &str,
+        spent: &mut VerbsWork,
     ) -> std::result::Result<(Parts, CmId, Hello), Attempt> {
         let step_deadline = || match step_floor {
             Some(f) => deadline.max(f),
@@ -369,11 +373,42 @@ impl RcSession {
             "resolving the route",
         )?;
         let parts = Parts::build(lib, &id, cfg, vcfg, name)?;
+        match Self::handshake(
+            &parts,
+            &id,
+            events,
+            addr,
+            step_deadline(),
+            name,
+            channel,
+            cfg,
+        ) {
+            Ok(peer) => Ok((parts, id, peer)),
+            Err(e) => {
+                // The receive ring this attempt posted is work done too.
+                *spent = spent.plus(parts.qp.posted());
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the connect request of `parts` on `id` and waits for the
+    /// acceptor's answer: its hello.
+    #[allow(clippy::too_many_arguments)]
+    fn handshake(
+        parts: &Parts,
+        id: &CmId,
+        events: &EventChannel,
+        addr: SocketAddr,
+        d: Instant,
+        name: &str,
+        channel: &str,
+        cfg: &SessionConfig,
+    ) -> std::result::Result<Hello, Attempt> {
         let hello = parts.hello(name).encode();
         let param = conn_param(&hello);
         id.connect(param, &parts.device, parts.qp.num())?;
-        let d = step_deadline();
-        match wait_event(events, &id, d)? {
+        match wait_event(events, id, d)? {
             Some(ev) if ev.kind == RDMA_CM_EVENT_ESTABLISHED => {
                 let peer = Hello::decode(ev.private_data()).map_err(|reason| {
                     Attempt::Fatal(Error::Protocol {
@@ -396,7 +431,7 @@ impl RcSession {
                         reason: mode_mismatch(peer.mode, cfg.mode),
                     }));
                 }
-                Ok((parts, id, peer))
+                Ok(peer)
             }
             Some(ev) if ev.kind == RDMA_CM_EVENT_REJECTED && ev.status == 28 => {
                 Err(Attempt::Fatal(Error::NoPeer {

@@ -70,6 +70,7 @@ impl RcSession {
                     return;
                 }
             };
+            self.completions += done.len() as u64;
             if done.is_empty() {
                 return;
             }
@@ -667,6 +668,7 @@ impl RcSession {
                     return Err(self.ended().expect("a failure was recorded"));
                 }
             };
+            self.completions += done.len() as u64;
             if done.is_empty() {
                 break;
             }

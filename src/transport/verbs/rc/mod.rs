@@ -128,6 +128,12 @@ pub struct RcSession {
     seq_at: Box<[u64]>,
     /// Signaled send completions reaped (successful ones).
     send_completions: u64,
+    /// Work completions polled, of every status, from both queues.
+    completions: u64,
+    /// Work posted outside `qp`: buffers reposted to the acceptor's
+    /// shared receive queue, and the receive rings of connect attempts
+    /// that failed (the queue pair's own posts are counted by `qp`).
+    extra_posted: super::VerbsWork,
     keepalive: KeepAlive,
     /// Connection requests refused (not allowed, wrong session, extra).
     rejected: u64,
@@ -237,6 +243,14 @@ impl RcSession {
     /// `verbs.signal_every` N, one per N requests).
     pub fn send_completions(&self) -> u64 {
         self.send_completions
+    }
+
+    /// Verbs work this end has asked of the device so far: work requests
+    /// and doorbells posted, completions polled.
+    pub fn verbs_work(&self) -> super::VerbsWork {
+        let mut w = self.qp.posted().plus(self.extra_posted);
+        w.completions = self.completions;
+        w
     }
 
     /// The last sequence sent whose delivery the peer's device has

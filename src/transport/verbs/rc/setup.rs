@@ -402,6 +402,8 @@ impl RcSession {
             acked: 0,
             seq_at: vec![0; sq_depth as usize].into_boxed_slice(),
             send_completions: 0,
+            completions: 0,
+            extra_posted: Default::default(),
             keepalive: KeepAlive {
                 interval: vcfg.keepalive_interval,
                 timeout: vcfg.keepalive_timeout,

@@ -611,7 +611,10 @@ impl RcSession {
                     None if mine.overrun => None,
                     None => match inner.drain() {
                         Ok(0) => None,
-                        Ok(_) => {
+                        Ok(k) => {
+                            // Counted by the session whose poll drained
+                            // them, whichever session they were for.
+                            self.completions += k as u64;
                             let mine = inner.inboxes[slot].as_mut().expect("a live member");
                             mine.take().map(|a| (a, mine.overrun))
                         }
@@ -687,6 +690,10 @@ impl RcSession {
             return;
         };
         let k = b.nreleased.min(n);
+        if k > 0 {
+            self.extra_posted.recv_wrs += u64::from(k);
+            self.extra_posted.recv_doorbells += 1;
+        }
         // SAFETY: the released buffers were delivered and their callbacks
         // returned, so nothing refers to them.
         if let Err(e) = unsafe { inner.ring.post(&mut inner.srq, &b.released[..k as usize]) } {
