@@ -87,6 +87,7 @@ impl Credits {
 /// The receiving side: buffers consumed, reposted and announced.
 #[derive(Debug, Clone)]
 pub(crate) struct Receipts {
+    depth: u32,
     batch: u32,
     /// Buffers ever posted, modulo 2^32 (starts at the depth).
     posted: u32,
@@ -103,6 +104,7 @@ impl Receipts {
     /// handshake), reposting `batch` at a time.
     pub(crate) fn new(depth: u32, batch: u32) -> Receipts {
         Receipts {
+            depth,
             batch: batch.max(1),
             posted: depth,
             unposted: 0,
@@ -151,6 +153,19 @@ impl Receipts {
     #[inline]
     pub(crate) fn peer_room(&self) -> u32 {
         self.announced.wrapping_sub(self.consumed_total)
+    }
+
+    /// The count to write to the peer now, if any: one it has not been
+    /// told, and (when `coalesce`) only once its room by the last count it
+    /// was told is down to half the depth. Until then it can keep sending
+    /// without the update; when it is down to half, at least two repost
+    /// batches (each at most a quarter of the depth) have been made since,
+    /// so the write grants something, and a peer out of credit (room 0)
+    /// always gets it.
+    #[inline]
+    pub(crate) fn due(&self, coalesce: bool) -> Option<u32> {
+        let count = self.to_announce()?;
+        (!coalesce || self.peer_room() <= self.depth / 2).then_some(count)
     }
 
     /// Records that `count` reached the peer's queue.
@@ -226,7 +241,8 @@ mod tests {
     /// A sender and a receiver joined by a FIFO "wire" with delays: the
     /// receiver never gets a message without a posted buffer (no RNR),
     /// nothing is lost, and everything is delivered (no deadlock), for
-    /// many depths, batches and schedules.
+    /// many depths, batches and schedules, with credit writes after every
+    /// batch and coalesced to half the depth.
     #[test]
     fn simulated_peers_never_overrun_and_never_deadlock() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -236,57 +252,66 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for depth in [1u32, 2, 3, 4, 8, 16, 64] {
-            for recv_batch in [1u32, 2, 16] {
-                let batch = repost_batch(recv_batch, depth);
-                let total = 5_000u32;
-                let mut credits = Credits::new(depth);
-                let mut receipts = Receipts::new(depth, batch);
-                let mut posted_free = depth; // receive buffers posted and empty
-                let mut to_rx: VecDeque<u32> = VecDeque::new(); // messages on the wire
-                let mut arrived: VecDeque<u32> = VecDeque::new(); // in buffers, unread
-                let mut to_tx: VecDeque<u32> = VecDeque::new(); // credit updates on the wire
-                let (mut sent, mut delivered, mut steps) = (0u32, 0u32, 0u64);
-                while delivered < total {
-                    steps += 1;
-                    assert!(steps < 10_000_000, "deadlock: depth {depth} batch {batch}");
-                    match rand() % 4 {
-                        0 if sent < total && credits.available() > 0 => {
-                            credits.spend();
-                            sent += 1;
-                            to_rx.push_back(sent);
+        for (depth, recv_batch, coalesce) in [1u32, 2, 3, 4, 8, 16, 64]
+            .into_iter()
+            .flat_map(|d| [1u32, 2, 16].map(|b| (d, b)))
+            .flat_map(|(d, b)| [false, true].map(|c| (d, b, c)))
+        {
+            let batch = repost_batch(recv_batch, depth);
+            let total = 5_000u32;
+            let mut credits = Credits::new(depth);
+            let mut receipts = Receipts::new(depth, batch);
+            let mut posted_free = depth; // receive buffers posted and empty
+            let mut to_rx: VecDeque<u32> = VecDeque::new(); // messages on the wire
+            let mut arrived: VecDeque<u32> = VecDeque::new(); // in buffers, unread
+            let mut to_tx: VecDeque<u32> = VecDeque::new(); // credit updates on the wire
+            let (mut sent, mut delivered, mut steps) = (0u32, 0u32, 0u64);
+            while delivered < total {
+                steps += 1;
+                assert!(
+                    steps < 10_000_000,
+                    "deadlock: depth {depth} batch {batch} coalesce {coalesce}"
+                );
+                match rand() % 4 {
+                    0 if sent < total && credits.available() > 0 => {
+                        credits.spend();
+                        sent += 1;
+                        to_rx.push_back(sent);
+                    }
+                    1 => {
+                        if let Some(m) = to_rx.pop_front() {
+                            assert!(posted_free > 0, "RNR: depth {depth} batch {batch}");
+                            posted_free -= 1;
+                            arrived.push_back(m);
                         }
-                        1 => {
-                            if let Some(m) = to_rx.pop_front() {
-                                assert!(posted_free > 0, "RNR: depth {depth} batch {batch}");
-                                posted_free -= 1;
-                                arrived.push_back(m);
-                            }
-                        }
-                        2 => {
-                            if let Some(m) = arrived.pop_front() {
-                                assert_eq!(m, delivered + 1, "in order");
-                                delivered += 1;
-                                if receipts.consumed() {
-                                    let n = receipts.unposted();
-                                    receipts.reposted(n);
-                                    posted_free += n;
-                                    if let Some(c) = receipts.to_announce() {
-                                        receipts.announced(c);
-                                        to_tx.push_back(c);
-                                    }
+                    }
+                    2 => {
+                        if let Some(m) = arrived.pop_front() {
+                            assert_eq!(m, delivered + 1, "in order");
+                            delivered += 1;
+                            if receipts.consumed() {
+                                let n = receipts.unposted();
+                                receipts.reposted(n);
+                                posted_free += n;
+                                if let Some(c) = receipts.due(coalesce) {
+                                    receipts.announced(c);
+                                    to_tx.push_back(c);
                                 }
                             }
+                        } else if let Some(c) = receipts.due(coalesce) {
+                            // An empty poll announces what is due.
+                            receipts.announced(c);
+                            to_tx.push_back(c);
                         }
-                        _ => {
-                            if let Some(c) = to_tx.pop_front() {
-                                credits.grant(c).unwrap();
-                            }
+                    }
+                    _ => {
+                        if let Some(c) = to_tx.pop_front() {
+                            credits.grant(c).unwrap();
                         }
                     }
                 }
-                assert_eq!(sent, total);
             }
+            assert_eq!(sent, total);
         }
     }
 }

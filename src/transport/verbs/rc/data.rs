@@ -299,17 +299,14 @@ impl RcSession {
 
     /// Tells the peer the new receive-buffer count, if it changed.
     pub(super) fn announce(&mut self) {
-        let Some(count) = self.receipts.to_announce() else {
+        // Coalesced (Receipts::due): one-way traffic costs one credit
+        // write per half ring instead of one per repost batch,
+        // request/response traffic almost none (in write mode the count
+        // also rides on every message). A shared receive queue's
+        // reservations are announced after every batch.
+        let Some(count) = self.receipts.due(self.shared.is_none()) else {
             return;
         };
-        // Write mode: the count rides on our next message; a write of its
-        // own only once the peer is down to half the ring by the last
-        // count it was told, so one-way traffic costs one credit write per
-        // half ring, and a peer out of credit (room 0) always gets one.
-        if self.mode == SessionMode::Write && self.receipts.peer_room() > self.ring_depth as u32 / 2
-        {
-            return;
-        }
         if self.disconnected || self.end.is_some() {
             return;
         }
