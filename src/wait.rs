@@ -14,9 +14,12 @@
 //! Blocking needs the transport: [`Adaptive`] is driven by
 //! [`Subscriber::poll_wait`](crate::Subscriber::poll_wait), which sleeps on
 //! the segment's futex doorbell (shared memory) or in `epoll_wait` on the
-//! sockets (UDP); as a plain [`Wait`] (sessions waiting for credit, RDMA
-//! links, which have no completion channel yet) `"adaptive"` spins with the
-//! hint. Every block is bounded by `adaptive_max_block`, so a loop that
+//! sockets (UDP) or on the completion channel of the receive completion
+//! queue (RDMA UD), and by [`Session::poll_wait`](crate::Session::poll_wait),
+//! which sleeps in poll(2) on the socket (TCP) or on the completion channel
+//! (RDMA RC, `send` and `write-imm` modes; `write` mode naps, see
+//! docs/RDMA.md). As a plain [`Wait`] (a sender waiting for credit)
+//! `"adaptive"` spins with the hint. Every block is bounded by `adaptive_max_block`, so a loop that
 //! checks a stop flag (set by SIGINT or SIGTERM) between polls sees it
 //! within that time.
 //!
@@ -364,20 +367,68 @@ impl Epoll {
     /// one is readable. A signal ends the wait early (false).
     pub(crate) fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
         use std::os::fd::AsRawFd;
-        // Rounded up: a sub-millisecond timeout must still block.
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
         // SAFETY: valid descriptor; `ev` has room for the one event asked.
-        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e);
-        }
-        Ok(n > 0)
+        let n =
+            unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, millis(timeout)) };
+        ready(n)
     }
+}
+
+/// Blocks in poll(2) until `fd` has one of `events` (`POLLIN`, `POLLOUT`)
+/// or `timeout` passes; true when it has (or reports an error or hang-up,
+/// which the next poll of the transport reads). A signal ends the wait
+/// early (false): poll(2) is never restarted after a handler, whatever
+/// `SA_RESTART` says, so a stop flag set by SIGINT or SIGTERM is seen at
+/// once by a thread the signal lands on, and within `timeout` by others.
+/// The event source of one-descriptor transports (a TCP session, a verbs
+/// completion channel); no state, no allocation.
+pub(crate) fn poll_fd(
+    fd: std::os::fd::RawFd,
+    events: libc::c_short,
+    timeout: Duration,
+) -> std::io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the caller keeps `fd` open for the call.
+    let n = unsafe { libc::poll(&mut p, 1, millis(timeout)) };
+    ready(n)
+}
+
+/// The longest nap of a loop whose transport has no event source to wake
+/// it (a session on shared memory, an RDMA session in `write` mode): bounds
+/// both its idle cost (one wake-up and one poll per nap) and how late the
+/// first message after a quiet spell is seen.
+pub const NAP: Duration = Duration::from_millis(1);
+
+/// Sleeps for `d` (rounded up to a millisecond) or until a signal
+/// arrives, whichever is first: for a loop without an event source.
+pub(crate) fn nap(d: Duration) {
+    // SAFETY: poll(2) with no descriptors is a plain timed sleep that a
+    // signal interrupts (unlike std::thread::sleep, which resumes).
+    let _ = ready(unsafe { libc::poll(std::ptr::null_mut(), 0, millis(d)) });
+}
+
+/// A block's timeout in milliseconds, rounded up: a sub-millisecond
+/// timeout must still block.
+fn millis(timeout: Duration) -> i32 {
+    timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+}
+
+/// What poll(2) or epoll_wait(2) returned: ready (true), timed out or
+/// interrupted by a signal (false), or the error.
+fn ready(n: i32) -> std::io::Result<bool> {
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(n > 0)
 }
 
 #[cfg(test)]

@@ -17,12 +17,14 @@
 //! harness's capture, so it shows in a passing run.
 //!
 //! [`fuzz`] holds the other shared piece: the stable run of a cargo-fuzz
-//! target over its seed corpus and mutations of it.
+//! target over its seed corpus and mutations of it; [`threads`] tells when
+//! another thread sleeps in poll(2) or epoll_wait(2), for tests of waits.
 
 use std::io::Write;
 
 pub mod alloc;
 pub mod fuzz;
+pub mod threads;
 
 /// What a test lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
