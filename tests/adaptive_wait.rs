@@ -277,10 +277,15 @@ fn session_woken_by_each_message(bus: Bus, count: u64) -> mdbus::wait::AdaptiveS
     stats
 }
 
-static USR1: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// SIGUSR1 reached this thread: per thread, since tests run at once
+    /// and each signals only its own sleeper (const-initialised, so the
+    /// handler's access allocates nothing).
+    static USR1: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 extern "C" fn on_usr1(_: libc::c_int) {
-    USR1.store(true, Ordering::Relaxed);
+    USR1.with(|f| f.set(true));
 }
 
 /// The accepting end sleeps (ten-minute blocks, nothing sent); SIGUSR1
@@ -306,7 +311,7 @@ fn signal_wakes_a_sleeping_session(bus: Bus) -> mdbus::wait::AdaptiveStats {
             }))
             .unwrap();
             let mut wait = block_at_once(Duration::from_secs(600));
-            while !USR1.load(Ordering::Relaxed) {
+            while !USR1.with(|f| f.get()) {
                 assert_eq!(
                     s.poll_wait(&mut wait, |_| panic!("nothing was sent"))
                         .unwrap(),

@@ -36,8 +36,13 @@ pub fn blocked_in_wait(tid: u32) -> bool {
 }
 
 /// Yields until thread `tid` sleeps in a wait (see [`blocked_in_wait`]).
+/// Panics when the thread has ended (it will never sleep).
 pub fn until_blocked_in_wait(tid: u32) {
     while !blocked_in_wait(tid) {
+        assert!(
+            std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
+            "thread {tid} ended before it slept in a wait"
+        );
         std::thread::yield_now();
     }
 }
