@@ -396,9 +396,10 @@ fn a_write_mode_session_naps_and_still_delivers_in_order() {
     let Some(bus) = rc_bus("rdma_write_mode_naps", "write") else {
         return;
     };
+    // A nap is not cut short by a message, so several may land in one.
     let stats = session_woken_by_each_message(bus, 3);
     assert_eq!(stats.woken, 0, "{stats:?}");
-    assert!(stats.blocks >= 3, "{stats:?}");
+    assert!(stats.blocks >= 1, "{stats:?}");
 }
 
 #[test]
