@@ -266,8 +266,19 @@ pub struct Adaptive {
     cfg: AdaptiveConfig,
     empty: u32,
     quiet_from: Option<Instant>,
+    /// The quiet period now: `cfg.quiet`, lengthened while sleeps keep
+    /// ending with an event soon after they began (see [`Adaptive::woke`]).
+    quiet: Duration,
+    /// When the current block began.
+    block_from: Option<Instant>,
     stats: AdaptiveStats,
 }
+
+/// A sleep that ends with an event within this many quiet periods of the
+/// last data doubles the quiet period.
+const GROW_WITHIN: u32 = 4;
+/// The quiet period grows to at most this many times the configured one.
+const GROW_MAX: u32 = 64;
 
 impl Adaptive {
     /// A wait that starts on the spinning path.
@@ -276,6 +287,8 @@ impl Adaptive {
             cfg,
             empty: 0,
             quiet_from: None,
+            quiet: cfg.quiet,
+            block_from: None,
             stats: AdaptiveStats::default(),
         }
     }
@@ -288,6 +301,12 @@ impl Adaptive {
     /// Counts so far.
     pub fn stats(&self) -> AdaptiveStats {
         self.stats
+    }
+
+    /// The quiet period in force: `adaptive_quiet`, or longer while the
+    /// traffic's gaps are a little longer than it (see [`Adaptive::woke`]).
+    pub fn quiet(&self) -> Duration {
+        self.quiet
     }
 
     /// Records what a poll delivered; returns how long the caller should
@@ -307,24 +326,51 @@ impl Adaptive {
                 return None;
             }
         }
-        let now = Instant::now();
+        self.after_empty_at(Instant::now())
+    }
+
+    fn after_empty_at(&mut self, now: Instant) -> Option<Duration> {
         let since = *self.quiet_from.get_or_insert(now);
-        if now.duration_since(since) < self.cfg.quiet {
+        if now.duration_since(since) < self.quiet {
             std::hint::spin_loop();
             return None;
         }
+        self.block_from = Some(now);
         Some(self.cfg.max_block)
     }
 
     /// Records a block's end: `event` true when the event source fired,
     /// which puts the wait back on the spinning path.
+    ///
+    /// The quiet period adapts to the traffic. An event that comes within
+    /// a few quiet periods of the last data means the gaps are only a
+    /// little longer than the quiet period (a request/response exchange
+    /// whose reply takes a wake-up's time): every round trip would then
+    /// sleep and pay a wake-up, so the quiet period doubles, up to 64
+    /// times `adaptive_quiet`. A block that lasts out half of
+    /// `adaptive_max_block` means the stream is idle: it halves again,
+    /// down to `adaptive_quiet`. A zero `adaptive_quiet` stays zero.
     #[inline]
     pub fn woke(&mut self, event: bool) {
+        self.woke_at(event, Instant::now());
+    }
+
+    fn woke_at(&mut self, event: bool, now: Instant) {
         self.stats.blocks += 1;
+        let block_from = self.block_from.take();
         if event {
             self.stats.woken += 1;
+            if let Some(since) = self.quiet_from {
+                if now.saturating_duration_since(since) < self.quiet * GROW_WITHIN {
+                    self.quiet = (self.quiet * 2).min(self.cfg.quiet * GROW_MAX);
+                }
+            }
             self.empty = 0;
             self.quiet_from = None;
+        } else if block_from
+            .is_some_and(|b| now.saturating_duration_since(b) >= self.cfg.max_block / 2)
+        {
+            self.quiet = (self.quiet / 2).max(self.cfg.quiet);
         }
     }
 }
@@ -553,6 +599,56 @@ mod tests {
                 woken: 1
             }
         );
+    }
+
+    #[test]
+    fn the_quiet_period_grows_when_events_follow_soon_and_shrinks_when_idle() {
+        let cfg = AdaptiveConfig {
+            spin_polls: 1,
+            quiet: Duration::from_micros(500),
+            max_block: Duration::from_millis(50),
+        };
+        let base = Duration::from_micros(500);
+        let mut w = Adaptive::new(cfg);
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // Data at `from`, then empty polls until it blocks (after the
+        // quiet period in force), then the block ends at `end` us.
+        let cycle = |w: &mut Adaptive, from: u64, end: u64, event: bool| {
+            assert_eq!(w.after_poll(1), None);
+            let q = w.quiet().as_micros() as u64;
+            assert_eq!(w.after_empty_at(at(from)), None);
+            assert_eq!(w.after_empty_at(at(from + q - 1)), None);
+            assert_eq!(w.after_empty_at(at(from + q)), Some(cfg.max_block));
+            w.woke_at(event, at(end));
+        };
+        // The reply wakes it 1.5 ms after the data (within 4 quiet
+        // periods): the quiet period doubles, and 900 us of quiet now spin.
+        cycle(&mut w, 0, 1_500, true);
+        assert_eq!(w.quiet(), base * 2);
+        // Up to 64 times the configured period, never more.
+        for k in 1..=20u64 {
+            let from = 1_000_000 * k;
+            let end = from + w.quiet().as_micros() as u64 + 1;
+            cycle(&mut w, from, end, true);
+        }
+        assert_eq!(w.quiet(), base * 64);
+        // An event long after the data (a heartbeat to an idle reader)
+        // changes nothing.
+        cycle(&mut w, 50_000_000, 60_000_000, true);
+        assert_eq!(w.quiet(), base * 64);
+        // A block cut short without an event (arming, a signal) changes
+        // nothing; blocks that last out half of max_block halve it, down
+        // to the configured period.
+        cycle(&mut w, 70_000_000, 70_032_001, false);
+        assert_eq!(w.quiet(), base * 64);
+        for k in 0..10u64 {
+            let from = 80_000_000 + 1_000_000 * k;
+            cycle(&mut w, from, from + 100_000, false);
+        }
+        assert_eq!(w.quiet(), base);
+        assert_eq!(w.stats().woken, 22);
+        assert_eq!(w.stats().blocks, 33);
     }
 
     #[test]
