@@ -9,7 +9,7 @@
 //! | [`BusySpin`] | `"busy-spin"` | nothing | the core is dedicated (pinned, isolated); lowest latency |
 //! | [`SpinHint`] | `"spin-hint"` | `std::hint::spin_loop()` (`pause` on x86, `isb`/`yield` on Arm) | a hyperthread sibling does useful work, or power matters; a `pause` costs roughly 10 to 140 cycles depending on the CPU |
 //! | [`Yield`] | `"yield"` | `std::thread::yield_now()` (`sched_yield`) | the core is shared with other runnable threads; adds a syscall |
-//! | [`Adaptive`] | `"adaptive"` | spins while traffic flows; after `threads.adaptive_spin_polls` empty polls and `threads.adaptive_quiet` without data, blocks on the transport's event source for at most `threads.adaptive_max_block` | many subscribers share few cores, or a feed is idle for long stretches |
+//! | [`Adaptive`] | `"adaptive"` | spins while traffic flows; after `threads.adaptive_spin_polls` empty polls and `threads.adaptive_quiet` (lengthened while events follow soon after each sleep) without data, blocks on the transport's event source for at most `threads.adaptive_max_block` | many subscribers share few cores, or a feed is idle for long stretches |
 //!
 //! Blocking needs the transport: [`Adaptive`] is driven by
 //! [`Subscriber::poll_wait`](crate::Subscriber::poll_wait), which sleeps on
