@@ -15,11 +15,18 @@
 //!    busy-spin.
 //!
 //! Each is measured with `wait = "adaptive"` (default thresholds) and with
-//! busy-spin as the baseline, on shared memory and on UDP multicast over
-//! loopback.
+//! busy-spin as the baseline. `MDBUS_IDLE_TRANSPORTS` (comma-separated,
+//! default `shm,udp,tcp`) picks from: streams on `shm`, `udp` (multicast
+//! over loopback) and `ud` (RDMA UD multicast from the Soft-RoCE lane's
+//! rxe0 to rxe1); sessions (one end idles, sleeps, or echoes) on `tcp`
+//! (loopback) and RDMA RC on rxe0 in `rc-send`, `rc-imm` (`write-imm`) and
+//! `rc-write` modes.
 //!
 //! ```sh
 //! cargo run --release -p mdbus --example idle
+//! # in the Soft-RoCE guest, after building it on the host:
+//! scripts/rdma-lane -- env MDBUS_IDLE_TRANSPORTS=ud,rc-send,rc-imm,rc-write \
+//!     MDBUS_IDLE_ROUNDS=5000 MDBUS_IDLE_WAKES=100 target/release/examples/idle
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -28,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mdbus::wait::{Adaptive, AdaptiveConfig};
-use mdbus::{Bus, Config, Event, Subscriber};
+use mdbus::{Bus, Config, Event, Message, Session, Subscriber};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -59,23 +66,36 @@ fn waiter(mode: Mode) -> Option<Adaptive> {
     (mode == Mode::Adaptive).then(|| Adaptive::new(AdaptiveConfig::default()))
 }
 
-fn bus(transport: &str, streams: &[&str]) -> Bus {
+/// The publishing and the subscribing side's buses for `streams`: one bus
+/// on shm and UDP; on RDMA UD (`ud`) one per device of the Soft-RoCE
+/// lane's pair (`MDBUS_RDMA_ADDR`, `MDBUS_RDMA_ADDR_B`), since a device
+/// does not loop its own multicast back.
+fn buses(transport: &str, streams: &[&str]) -> (Bus, Bus) {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut text = format!(
-        "transport = \"{transport}\"\n[counters]\nenabled = false\n\
-         [shm]\nprefix = \"mdbus-idle-{}-{n}\"\nmlock = false\n",
-        std::process::id()
-    );
-    for (i, s) in streams.iter().enumerate() {
-        let port = 46_000 + (std::process::id() % 500) * 16 + n * 2 + i as u32;
-        text.push_str(&format!(
-            "[streams.{s}]\nmax_message = 64\ngroup = \"239.254.{}.{}:{port}\"\n\
-             interface = \"127.0.0.1\"\nttl = 0\n",
-            1 + std::process::id() % 200,
-            1 + (n * 2 + i as u32) % 250
-        ));
+    let make = |kind: &str, interface: &str| {
+        let mut text = format!(
+            "transport = \"{kind}\"\n[counters]\nenabled = false\n\
+             [shm]\nprefix = \"mdbus-idle-{}-{n}\"\nmlock = false\n",
+            std::process::id()
+        );
+        for (i, s) in streams.iter().enumerate() {
+            let port = 46_000 + (std::process::id() % 500) * 16 + n * 2 + i as u32;
+            text.push_str(&format!(
+                "[streams.{s}]\nmax_message = 64\ngroup = \"239.254.{}.{}:{port}\"\n\
+                 interface = \"{interface}\"\nttl = 0\n",
+                1 + std::process::id() % 200,
+                1 + (n * 2 + i as u32) % 250
+            ));
+        }
+        Bus::new(Config::from_toml_str(&text, "idle").unwrap()).unwrap()
+    };
+    if transport == "ud" {
+        let a = std::env::var("MDBUS_RDMA_ADDR").unwrap_or_else(|_| "10.99.0.1".into());
+        let b = std::env::var("MDBUS_RDMA_ADDR_B").unwrap_or_else(|_| "10.99.0.2".into());
+        return (make("verbs", &a), make("verbs", &b));
     }
-    Bus::new(Config::from_toml_str(&text, "idle").unwrap()).unwrap()
+    let bus = make(transport, "127.0.0.1");
+    (bus.clone(), bus)
 }
 
 fn thread_cpu() -> Duration {
@@ -89,23 +109,34 @@ fn thread_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Percent of one core the subscriber's thread used while idle.
-fn idle_cpu(transport: &str, mode: Mode, secs: u64) -> f64 {
-    let bus = bus(transport, &["s"]);
-    let mut publisher = bus.publisher("s").unwrap();
-    let mut sub = bus.subscriber("s").unwrap();
+/// Runs `step` on a thread of its own until the flag is set; the thread
+/// returns the percent of one core it used.
+fn measured_loop(
+    mut step: impl FnMut() + Send + 'static,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<f64>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let t = {
+    let t = std::thread::spawn({
         let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut wait = waiter(mode);
+        move || {
             let (c0, w0) = (thread_cpu(), Instant::now());
             while !stop.load(Ordering::Relaxed) {
-                step(&mut sub, &mut wait, |_| {});
+                step();
             }
             (thread_cpu() - c0).as_secs_f64() / w0.elapsed().as_secs_f64() * 100.0
-        })
-    };
+        }
+    });
+    (stop, t)
+}
+
+/// Percent of one core the subscriber's thread used while idle.
+fn idle_cpu(transport: &str, mode: Mode, secs: u64) -> f64 {
+    let (pb, sb) = buses(transport, &["s"]);
+    let mut publisher = pb.publisher("s").unwrap();
+    let mut sub = sb.subscriber("s").unwrap();
+    let mut wait = waiter(mode);
+    let (stop, t) = measured_loop(move || {
+        step(&mut sub, &mut wait, |_| {});
+    });
     // The publisher's duties (heartbeats on UDP) go on as in production.
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
@@ -122,9 +153,9 @@ fn ns(h: &Histogram<u64>, q: f64) -> u64 {
 
 /// Latency of the first message after 20 ms of silence.
 fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
-    let bus = bus(transport, &["s"]);
-    let mut publisher = bus.publisher("s").unwrap();
-    let mut sub = bus.subscriber("s").unwrap();
+    let (pb, sb) = buses(transport, &["s"]);
+    let mut publisher = pb.publisher("s").unwrap();
+    let mut sub = sb.subscriber("s").unwrap();
     let base = Instant::now();
     let t = std::thread::spawn(move || {
         let mut wait = waiter(mode);
@@ -151,11 +182,13 @@ fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
 
 /// Round trips over two streams, both loops in `mode`.
 fn pingpong(transport: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
-    let bus = bus(transport, &["ping", "pong"]);
-    let mut ping = bus.publisher("ping").unwrap();
-    let mut pong = bus.publisher("pong").unwrap();
-    let mut pong_sub = bus.subscriber("pong").unwrap();
-    let mut ping_sub = bus.subscriber("ping").unwrap();
+    // The pinging side publishes `ping` on the first bus; the echo
+    // publishes `pong` on the second.
+    let (a, b) = buses(transport, &["ping", "pong"]);
+    let mut ping = a.publisher("ping").unwrap();
+    let mut pong = b.publisher("pong").unwrap();
+    let mut pong_sub = a.subscriber("pong").unwrap();
+    let mut ping_sub = b.subscriber("ping").unwrap();
     let echo = std::thread::spawn(move || {
         let mut wait = waiter(mode);
         let mut echoed = 0;
@@ -205,6 +238,125 @@ fn pingpong(transport: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
     h
 }
 
+/// Session `o` on `kind`: `tcp` (loopback), or an RDMA RC session on the
+/// lane's first device (`MDBUS_RDMA_ADDR`) in `rc-send`, `rc-imm` (mode
+/// `write-imm`) or `rc-write`. Returns the bus and the session's mode line.
+fn session_bus(kind: &str) -> Bus {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = 47_000 + (std::process::id() % 500) * 16 + n;
+    let (transport, host, mode) = match kind {
+        "tcp" => ("tcp", "127.0.0.1".to_string(), ""),
+        _ => {
+            let a = std::env::var("MDBUS_RDMA_ADDR").unwrap_or_else(|_| "10.99.0.1".into());
+            let mode = match kind {
+                "rc-send" => "send",
+                "rc-imm" => "write-imm",
+                "rc-write" => "write",
+                other => panic!("unknown session kind {other}"),
+            };
+            ("verbs", a, mode)
+        }
+    };
+    let mode = if mode.is_empty() {
+        String::new()
+    } else {
+        format!("mode = \"{mode}\"\n")
+    };
+    let text = format!(
+        "transport = \"{transport}\"\n[counters]\nenabled = false\n\
+         [sessions.o]\naddress = \"{host}:{port}\"\nmax_message = 64\n{mode}"
+    );
+    Bus::new(Config::from_toml_str(&text, "idle").unwrap()).unwrap()
+}
+
+/// Both ends of a fresh session: (accepted, connected).
+fn session_pair(kind: &str) -> (Session, Session) {
+    let bus = session_bus(kind);
+    let acceptor = std::thread::spawn({
+        let bus = bus.clone();
+        move || bus.session_accept("o").unwrap()
+    });
+    let connected = bus.session_connect("o").unwrap();
+    (acceptor.join().unwrap(), connected)
+}
+
+/// One session poll, then the mode's wait.
+fn session_step(s: &mut Session, wait: &mut Option<Adaptive>, f: impl FnMut(Message<'_>)) -> usize {
+    match wait {
+        Some(w) => s.poll_wait(w, f).unwrap(),
+        None => s.poll(f).unwrap(),
+    }
+}
+
+/// Percent of one core an idle session end's thread used.
+fn session_idle_cpu(kind: &str, mode: Mode, secs: u64) -> f64 {
+    let (mut s, peer) = session_pair(kind);
+    let mut wait = waiter(mode);
+    let (stop, t) = measured_loop(move || {
+        session_step(&mut s, &mut wait, |_| {});
+    });
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let cpu = t.join().unwrap();
+    drop(peer);
+    cpu
+}
+
+/// Latency of the first session message after 20 ms of silence.
+fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
+    let (mut s, mut peer) = session_pair(kind);
+    let base = Instant::now();
+    let t = std::thread::spawn(move || {
+        let mut wait = waiter(mode);
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        while h.len() < wakes {
+            session_step(&mut s, &mut wait, |m| {
+                let now = base.elapsed().as_nanos() as u64;
+                let sent = u64::from_le_bytes(m.payload()[..8].try_into().unwrap());
+                h.record(now.saturating_sub(sent)).unwrap();
+            });
+        }
+        h
+    });
+    for _ in 0..wakes {
+        std::thread::sleep(Duration::from_millis(20));
+        // Credits and keep-alives from the receiver.
+        peer.poll(|_| {}).unwrap();
+        let sent = base.elapsed().as_nanos() as u64;
+        peer.send(&sent.to_le_bytes()).unwrap();
+    }
+    t.join().unwrap()
+}
+
+/// Round trips over one session, both ends in `mode`.
+fn session_pingpong(kind: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
+    let (mut echo_end, mut s) = session_pair(kind);
+    let echo = std::thread::spawn(move || {
+        let mut wait = waiter(mode);
+        let mut echoed = 0;
+        while echoed < rounds {
+            let mut buf = [0u8; 8];
+            if session_step(&mut echo_end, &mut wait, |m| {
+                buf.copy_from_slice(&m.payload()[..8])
+            }) > 0
+            {
+                echo_end.send(&buf).unwrap();
+                echoed += 1;
+            }
+        }
+    });
+    let mut wait = waiter(mode);
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    for i in 0..rounds {
+        let t0 = Instant::now();
+        s.send(&i.to_le_bytes()).unwrap();
+        while session_step(&mut s, &mut wait, |_| {}) == 0 {}
+        h.record(t0.elapsed().as_nanos() as u64).unwrap();
+    }
+    echo.join().unwrap();
+    h
+}
+
 fn env(key: &str, default: u64) -> u64 {
     std::env::var(key)
         .ok()
@@ -222,24 +374,37 @@ fn main() {
         d.spin_polls, d.quiet, d.max_block
     );
     println!(
-        "{:<5} {:<10} {:>9} {:>12} {:>12} {:>12} {:>12}",
+        "{:<8} {:<10} {:>9} {:>12} {:>12} {:>12} {:>12}",
         "tr", "wait", "idle_cpu%", "first_p50ns", "first_p99ns", "rtt_p50ns", "rtt_p99ns"
     );
-    let only = std::env::var("MDBUS_IDLE_TRANSPORTS").unwrap_or_else(|_| "shm,udp".into());
-    for transport in ["shm", "udp"] {
+    let only = std::env::var("MDBUS_IDLE_TRANSPORTS").unwrap_or_else(|_| "shm,udp,tcp".into());
+    for transport in ["shm", "udp", "ud", "tcp", "rc-send", "rc-imm", "rc-write"] {
         if !only.split(',').any(|t| t == transport) {
             continue;
         }
+        let session = !matches!(transport, "shm" | "udp" | "ud");
         let mut rtt50 = [0u64; 2];
         for (k, mode) in [Mode::BusySpin, Mode::Adaptive].into_iter().enumerate() {
-            let cpu = idle_cpu(transport, mode, secs);
+            let cpu = if session {
+                session_idle_cpu(transport, mode, secs)
+            } else {
+                idle_cpu(transport, mode, secs)
+            };
             eprintln!("{transport} {}: idle done", mode.name());
-            let first = first_after_idle(transport, mode, wakes);
+            let first = if session {
+                session_first_after_idle(transport, mode, wakes)
+            } else {
+                first_after_idle(transport, mode, wakes)
+            };
             eprintln!("{transport} {}: first-after-idle done", mode.name());
-            let rtt = pingpong(transport, mode, rounds);
+            let rtt = if session {
+                session_pingpong(transport, mode, rounds)
+            } else {
+                pingpong(transport, mode, rounds)
+            };
             rtt50[k] = ns(&rtt, 0.5);
             println!(
-                "{:<5} {:<10} {:>9.2} {:>12} {:>12} {:>12} {:>12}",
+                "{:<8} {:<10} {:>9.2} {:>12} {:>12} {:>12} {:>12}",
                 transport,
                 mode.name(),
                 cpu,

@@ -252,6 +252,42 @@ impl Session {
         Ok(n)
     }
 
+    /// Blocks until the transport signals that a message may have arrived,
+    /// or `timeout` passes: in poll(2) on the socket (TCP) or on the
+    /// receive completion queue's channel (RDMA, `send` and `write-imm`
+    /// modes). Without an event source (shared memory, RDMA `write` mode,
+    /// sessions on an acceptor's shared receive queue) it naps for at most
+    /// [`NAP`](crate::wait::NAP). Returns true when woken by an event,
+    /// false on timeout or on a signal. On RDMA the first wait after
+    /// traffic only arms the completion queue and returns false at once (a
+    /// completion before arming raises no event); the next one sleeps.
+    /// Call [`poll`](Self::poll) next either way.
+    pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match with_end!(&mut self.inner, t => t.wait_for_data(timeout)) {
+            Ok(woke) => Ok(woke),
+            Err(e) => Err(self.count_error(e)),
+        }
+    }
+
+    /// [`poll`](Self::poll), then, when `wait` says the session has been
+    /// quiet long enough, [`wait_for_data`](Self::wait_for_data) for at
+    /// most its `max_block`. Returns what the poll delivered. A loop of
+    /// these spins while messages flow and sleeps when they stop; each call
+    /// returns within `max_block`, so the loop can check a stop flag.
+    #[inline]
+    pub fn poll_wait<F: FnMut(Message<'_>)>(
+        &mut self,
+        wait: &mut crate::wait::Adaptive,
+        f: F,
+    ) -> Result<usize> {
+        let n = self.poll(f)?;
+        if let Some(limit) = wait.after_poll(n) {
+            let event = self.wait_for_data(limit)?;
+            wait.woke(event);
+        }
+        Ok(n)
+    }
+
     /// Frees the session's name for another `session_accept` while this
     /// session goes on (shm: its file leaves the directory; tcp and verbs
     /// already closed the listener when the peer connected).

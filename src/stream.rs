@@ -84,7 +84,7 @@ impl SubscriberImpl {
         match self {
             SubscriberImpl::Shm(t) => Ok(t.wait_for_data(timeout)),
             SubscriberImpl::Udp(t) => t.wait_for_data(timeout),
-            SubscriberImpl::Ud(_) => Ok(false),
+            SubscriberImpl::Ud(t) => t.wait_for_data(timeout),
             SubscriberImpl::Replay(r) => match r.live_mut() {
                 Some(live) => live.wait_for_data(timeout),
                 None => Ok(true),
@@ -616,11 +616,15 @@ impl Subscriber {
 
     /// Blocks until the transport signals that something may have arrived,
     /// or `timeout` passes: on the segment's doorbell (shared memory), in
-    /// `epoll_wait` on the sockets (UDP, bounded by the next retransmit
-    /// deadline). Returns true when woken by an event, false on timeout, on
-    /// a signal, or at once on a transport without an event source yet
-    /// (RDMA). Cheap for the publisher: it rings only while a subscriber
-    /// sleeps. Call [`poll`](Self::poll) next either way.
+    /// `epoll_wait` on the sockets (UDP) or on the receive queue's
+    /// completion channel (RDMA UD), bounded by the next retransmit
+    /// deadline. Returns true when woken by an event, false on timeout or
+    /// on a signal. On RDMA the first wait after traffic only arms the
+    /// completion queue and returns false at once (a completion before
+    /// arming raises no event); the next one sleeps. Cheap for the
+    /// publisher: shared memory rings only while a subscriber sleeps, and
+    /// the network transports send nothing extra. Call [`poll`](Self::poll)
+    /// next either way.
     pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
         self.inner.wait_for_data(timeout)
     }

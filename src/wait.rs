@@ -9,14 +9,17 @@
 //! | [`BusySpin`] | `"busy-spin"` | nothing | the core is dedicated (pinned, isolated); lowest latency |
 //! | [`SpinHint`] | `"spin-hint"` | `std::hint::spin_loop()` (`pause` on x86, `isb`/`yield` on Arm) | a hyperthread sibling does useful work, or power matters; a `pause` costs roughly 10 to 140 cycles depending on the CPU |
 //! | [`Yield`] | `"yield"` | `std::thread::yield_now()` (`sched_yield`) | the core is shared with other runnable threads; adds a syscall |
-//! | [`Adaptive`] | `"adaptive"` | spins while traffic flows; after `threads.adaptive_spin_polls` empty polls and `threads.adaptive_quiet` without data, blocks on the transport's event source for at most `threads.adaptive_max_block` | many subscribers share few cores, or a feed is idle for long stretches |
+//! | [`Adaptive`] | `"adaptive"` | spins while traffic flows; after `threads.adaptive_spin_polls` empty polls and `threads.adaptive_quiet` (lengthened while events follow soon after each sleep) without data, blocks on the transport's event source for at most `threads.adaptive_max_block` | many subscribers share few cores, or a feed is idle for long stretches |
 //!
 //! Blocking needs the transport: [`Adaptive`] is driven by
 //! [`Subscriber::poll_wait`](crate::Subscriber::poll_wait), which sleeps on
 //! the segment's futex doorbell (shared memory) or in `epoll_wait` on the
-//! sockets (UDP); as a plain [`Wait`] (sessions waiting for credit, RDMA
-//! links, which have no completion channel yet) `"adaptive"` spins with the
-//! hint. Every block is bounded by `adaptive_max_block`, so a loop that
+//! sockets (UDP) or on the completion channel of the receive completion
+//! queue (RDMA UD), and by [`Session::poll_wait`](crate::Session::poll_wait),
+//! which sleeps in poll(2) on the socket (TCP) or on the completion channel
+//! (RDMA RC, `send` and `write-imm` modes; `write` mode naps, see
+//! docs/RDMA.md). As a plain [`Wait`] (a sender waiting for credit)
+//! `"adaptive"` spins with the hint. Every block is bounded by `adaptive_max_block`, so a loop that
 //! checks a stop flag (set by SIGINT or SIGTERM) between polls sees it
 //! within that time.
 //!
@@ -263,24 +266,19 @@ pub struct Adaptive {
     cfg: AdaptiveConfig,
     empty: u32,
     quiet_from: Option<Instant>,
-    /// The quiet period in force: `cfg.quiet`, doubled (up to
-    /// [`QUIET_GROWTH`] times) after each block that an event ended sooner
-    /// than that bound, back to `cfg.quiet` after a longer block.
+    /// The quiet period now: `cfg.quiet`, lengthened while sleeps keep
+    /// ending with an event soon after they began (see [`Adaptive::woke`]).
     quiet: Duration,
     /// When the current block began.
-    blocked_at: Option<Instant>,
+    block_from: Option<Instant>,
     stats: AdaptiveStats,
 }
 
-/// How far the quiet period may grow. A block that an event ends sooner
-/// than `QUIET_GROWTH` quiet periods is traffic the loop should have spun
-/// for: on a loaded host a wake-up can take milliseconds (the woken thread
-/// waits for a core), longer than the quiet period, and then two loops
-/// that answer each other (ping-pong) both block on every message from
-/// then on. Growing the quiet period past the wake-up time puts them back
-/// on the spinning path; a longer silence (an idle stream's heartbeats)
-/// resets it, so an idle subscriber still sleeps almost all the time.
-pub const QUIET_GROWTH: u32 = 16;
+/// A sleep that ends with an event within this many quiet periods of the
+/// last data doubles the quiet period.
+const GROW_WITHIN: u32 = 4;
+/// The quiet period grows to at most this many times the configured one.
+const GROW_MAX: u32 = 64;
 
 impl Adaptive {
     /// A wait that starts on the spinning path.
@@ -290,7 +288,7 @@ impl Adaptive {
             empty: 0,
             quiet_from: None,
             quiet: cfg.quiet,
-            blocked_at: None,
+            block_from: None,
             stats: AdaptiveStats::default(),
         }
     }
@@ -303,6 +301,12 @@ impl Adaptive {
     /// Counts so far.
     pub fn stats(&self) -> AdaptiveStats {
         self.stats
+    }
+
+    /// The quiet period in force: `adaptive_quiet`, or longer while the
+    /// traffic's gaps are a little longer than it (see [`Adaptive::woke`]).
+    pub fn quiet(&self) -> Duration {
+        self.quiet
     }
 
     /// Records what a poll delivered; returns how long the caller should
@@ -322,43 +326,52 @@ impl Adaptive {
                 return None;
             }
         }
-        let now = Instant::now();
+        self.after_empty_at(Instant::now())
+    }
+
+    fn after_empty_at(&mut self, now: Instant) -> Option<Duration> {
         let since = *self.quiet_from.get_or_insert(now);
         if now.duration_since(since) < self.quiet {
             std::hint::spin_loop();
             return None;
         }
-        self.blocked_at = Some(now);
+        self.block_from = Some(now);
         Some(self.cfg.max_block)
-    }
-
-    /// The quiet period in force (see [`QUIET_GROWTH`]).
-    pub fn quiet(&self) -> Duration {
-        self.quiet
     }
 
     /// Records a block's end: `event` true when the event source fired,
     /// which puts the wait back on the spinning path.
+    ///
+    /// The quiet period adapts to the traffic. An event that comes within
+    /// a few quiet periods of the last data means the gaps are only a
+    /// little longer than the quiet period (a request/response exchange
+    /// whose reply takes a wake-up's time): every round trip would then
+    /// sleep and pay a wake-up, so the quiet period doubles, up to 64
+    /// times `adaptive_quiet`. A block that lasts out half of
+    /// `adaptive_max_block` means the stream is idle: it halves again,
+    /// down to `adaptive_quiet`. A zero `adaptive_quiet` stays zero.
     #[inline]
     pub fn woke(&mut self, event: bool) {
-        self.stats.blocks += 1;
-        if event {
-            self.stats.woken += 1;
-            self.empty = 0;
-            self.quiet_from = None;
-        }
-        let blocked = self.blocked_at.take().map(|t| t.elapsed());
-        self.adapt_quiet(event, blocked);
+        self.woke_at(event, Instant::now());
     }
 
-    /// Grows or resets the quiet period after a block that lasted
-    /// `blocked` (see [`QUIET_GROWTH`]).
-    fn adapt_quiet(&mut self, event: bool, blocked: Option<Duration>) {
-        let bound = self.cfg.quiet * QUIET_GROWTH;
-        self.quiet = match blocked {
-            Some(d) if event && d < bound => (self.quiet * 2).min(bound),
-            _ => self.cfg.quiet,
-        };
+    fn woke_at(&mut self, event: bool, now: Instant) {
+        self.stats.blocks += 1;
+        let block_from = self.block_from.take();
+        if event {
+            self.stats.woken += 1;
+            if let Some(since) = self.quiet_from {
+                if now.saturating_duration_since(since) < self.quiet * GROW_WITHIN {
+                    self.quiet = (self.quiet * 2).min(self.cfg.quiet * GROW_MAX);
+                }
+            }
+            self.empty = 0;
+            self.quiet_from = None;
+        } else if block_from
+            .is_some_and(|b| now.saturating_duration_since(b) >= self.cfg.max_block / 2)
+        {
+            self.quiet = (self.quiet / 2).max(self.cfg.quiet);
+        }
     }
 }
 
@@ -400,20 +413,68 @@ impl Epoll {
     /// one is readable. A signal ends the wait early (false).
     pub(crate) fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
         use std::os::fd::AsRawFd;
-        // Rounded up: a sub-millisecond timeout must still block.
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
         // SAFETY: valid descriptor; `ev` has room for the one event asked.
-        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e);
-        }
-        Ok(n > 0)
+        let n =
+            unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, millis(timeout)) };
+        ready(n)
     }
+}
+
+/// Blocks in poll(2) until `fd` has one of `events` (`POLLIN`, `POLLOUT`)
+/// or `timeout` passes; true when it has (or reports an error or hang-up,
+/// which the next poll of the transport reads). A signal ends the wait
+/// early (false): poll(2) is never restarted after a handler, whatever
+/// `SA_RESTART` says, so a stop flag set by SIGINT or SIGTERM is seen at
+/// once by a thread the signal lands on, and within `timeout` by others.
+/// The event source of one-descriptor transports (a TCP session, a verbs
+/// completion channel); no state, no allocation.
+pub(crate) fn poll_fd(
+    fd: std::os::fd::RawFd,
+    events: libc::c_short,
+    timeout: Duration,
+) -> std::io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the caller keeps `fd` open for the call.
+    let n = unsafe { libc::poll(&mut p, 1, millis(timeout)) };
+    ready(n)
+}
+
+/// The longest nap of a loop whose transport has no event source to wake
+/// it (a session on shared memory, an RDMA session in `write` mode): bounds
+/// both its idle cost (one wake-up and one poll per nap) and how late the
+/// first message after a quiet spell is seen.
+pub const NAP: Duration = Duration::from_millis(1);
+
+/// Sleeps for `d` (rounded up to a millisecond) or until a signal
+/// arrives, whichever is first: for a loop without an event source.
+pub(crate) fn nap(d: Duration) {
+    // SAFETY: poll(2) with no descriptors is a plain timed sleep that a
+    // signal interrupts (unlike std::thread::sleep, which resumes).
+    let _ = ready(unsafe { libc::poll(std::ptr::null_mut(), 0, millis(d)) });
+}
+
+/// A block's timeout in milliseconds, rounded up: a sub-millisecond
+/// timeout must still block.
+fn millis(timeout: Duration) -> i32 {
+    timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+}
+
+/// What poll(2) or epoll_wait(2) returned: ready (true), timed out or
+/// interrupted by a signal (false), or the error.
+fn ready(n: i32) -> std::io::Result<bool> {
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(n > 0)
 }
 
 #[cfg(test)]
@@ -541,6 +602,56 @@ mod tests {
     }
 
     #[test]
+    fn the_quiet_period_grows_when_events_follow_soon_and_shrinks_when_idle() {
+        let cfg = AdaptiveConfig {
+            spin_polls: 1,
+            quiet: Duration::from_micros(500),
+            max_block: Duration::from_millis(50),
+        };
+        let base = Duration::from_micros(500);
+        let mut w = Adaptive::new(cfg);
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // Data at `from`, then empty polls until it blocks (after the
+        // quiet period in force), then the block ends at `end` us.
+        let cycle = |w: &mut Adaptive, from: u64, end: u64, event: bool| {
+            assert_eq!(w.after_poll(1), None);
+            let q = w.quiet().as_micros() as u64;
+            assert_eq!(w.after_empty_at(at(from)), None);
+            assert_eq!(w.after_empty_at(at(from + q - 1)), None);
+            assert_eq!(w.after_empty_at(at(from + q)), Some(cfg.max_block));
+            w.woke_at(event, at(end));
+        };
+        // The reply wakes it 1.5 ms after the data (within 4 quiet
+        // periods): the quiet period doubles, and 900 us of quiet now spin.
+        cycle(&mut w, 0, 1_500, true);
+        assert_eq!(w.quiet(), base * 2);
+        // Up to 64 times the configured period, never more.
+        for k in 1..=20u64 {
+            let from = 1_000_000 * k;
+            let end = from + w.quiet().as_micros() as u64 + 1;
+            cycle(&mut w, from, end, true);
+        }
+        assert_eq!(w.quiet(), base * 64);
+        // An event long after the data (a heartbeat to an idle reader)
+        // changes nothing.
+        cycle(&mut w, 50_000_000, 60_000_000, true);
+        assert_eq!(w.quiet(), base * 64);
+        // A block cut short without an event (arming, a signal) changes
+        // nothing; blocks that last out half of max_block halve it, down
+        // to the configured period.
+        cycle(&mut w, 70_000_000, 70_032_001, false);
+        assert_eq!(w.quiet(), base * 64);
+        for k in 0..10u64 {
+            let from = 80_000_000 + 1_000_000 * k;
+            cycle(&mut w, from, from + 100_000, false);
+        }
+        assert_eq!(w.quiet(), base);
+        assert_eq!(w.stats().woken, 22);
+        assert_eq!(w.stats().blocks, 33);
+    }
+
+    #[test]
     fn adaptive_waits_out_the_quiet_period() {
         let mut w = Adaptive::new(AdaptiveConfig {
             quiet: Duration::from_secs(3600),
@@ -625,38 +736,5 @@ mod tests {
             wait.wait_until(|| flag.load(Ordering::Acquire));
             setter.join().unwrap();
         }
-    }
-
-    #[test]
-    fn the_quiet_period_grows_after_early_wake_ups_and_resets_after_silence() {
-        let quiet = Duration::from_micros(500);
-        let mut w = Adaptive::new(AdaptiveConfig {
-            spin_polls: 1,
-            quiet,
-            max_block: Duration::from_millis(50),
-        });
-        // Woken by traffic 3 ms into each block (a slow wake-up on a busy
-        // host): the quiet period doubles up to its bound.
-        let early = Some(Duration::from_millis(3));
-        let mut seen = Vec::new();
-        for _ in 0..6 {
-            w.adapt_quiet(true, early);
-            seen.push(w.quiet().as_micros());
-        }
-        assert_eq!(seen, [1000, 2000, 4000, 8000, 8000, 8000]);
-        // A timeout, or an event after a long silence: back to the setting.
-        w.adapt_quiet(false, early);
-        assert_eq!(w.quiet(), quiet);
-        w.adapt_quiet(true, early);
-        w.adapt_quiet(true, Some(quiet * QUIET_GROWTH));
-        assert_eq!(w.quiet(), quiet);
-        // A zero quiet period stays zero: the setting asked never to spin
-        // beyond the empty polls.
-        let mut z = Adaptive::new(AdaptiveConfig {
-            quiet: Duration::ZERO,
-            ..*w.config()
-        });
-        z.adapt_quiet(true, Some(Duration::ZERO));
-        assert_eq!(z.quiet(), Duration::ZERO);
     }
 }

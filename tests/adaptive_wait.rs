@@ -2,7 +2,13 @@
 //! transport's event source is woken by the next message (shared memory:
 //! the segment's doorbell; UDP: epoll on the sockets), by the publisher's
 //! end, and every block ends within `max_block` so that a loop checking a
-//! stop flag set by SIGTERM exits.
+//! stop flag set by SIGTERM exits. Sessions likewise: TCP sleeps in
+//! poll(2) on the socket, RDMA on the receive completion channel (`send`,
+//! `write-imm`) or in naps (`write`); an RDMA UD subscriber on its receive
+//! completion channel. The RDMA tests run in the Soft-RoCE guest
+//! (scripts/guest-tests) and skip elsewhere (verbs_support).
+
+mod verbs_support;
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -217,4 +223,231 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
             max_block: Duration::from_millis(10),
         }
     );
+}
+
+/// Session `o` on `transport` at `address` (TCP, or RDMA in `mode`).
+fn session_bus(transport: &str, address: &str, mode: &str) -> Bus {
+    let text = format!(
+        "transport = \"{transport}\"\n[threads]\nwait = \"adaptive\"\n[sessions.o]\n\
+         address = \"{address}\"\n{mode}\n"
+    );
+    Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap()
+}
+
+fn tcp_session_bus() -> Bus {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = 20_000 + (std::process::id() % 1_000) * 16 + n;
+    session_bus("tcp", &format!("127.0.0.1:{port}"), "")
+}
+
+/// `count` messages, each sent only once the accepting end sleeps in its
+/// wait (poll(2) or epoll_wait(2), read from /proc): all arrive, in order,
+/// intact. Blocks last ten minutes: a wake-up that does not come hangs the
+/// test. Returns the receiver's wait counts. Both ends are dropped before
+/// it returns: a completion queue whose events were not all acknowledged
+/// would hang there.
+fn session_woken_by_each_message(bus: Bus, count: u64) -> mdbus::wait::AdaptiveStats {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn({
+        let bus = bus.clone();
+        move || {
+            let mut s = bus.session_accept("o").unwrap();
+            tx.send(mdbus_testkit::threads::tid()).unwrap();
+            let mut wait = block_at_once(Duration::from_secs(600));
+            let mut got = Vec::new();
+            while (got.len() as u64) < count {
+                s.poll_wait(&mut wait, |m| got.push((m.seq(), m.payload().to_vec())))
+                    .unwrap();
+            }
+            (got, wait.stats())
+        }
+    });
+    let mut c = bus.session_connect("o").unwrap();
+    let tid = rx.recv().unwrap();
+    for i in 0..count {
+        mdbus_testkit::threads::until_blocked_in_wait(tid);
+        c.send(&i.to_le_bytes()).unwrap();
+    }
+    let (got, stats) = receiver.join().unwrap();
+    let want: Vec<_> = (0..count)
+        .map(|i| (i + 1, i.to_le_bytes().to_vec()))
+        .collect();
+    assert_eq!(got, want);
+    drop(c);
+    stats
+}
+
+thread_local! {
+    /// SIGUSR1 reached this thread: per thread, since tests run at once
+    /// and each signals only its own sleeper (const-initialised, so the
+    /// handler's access allocates nothing).
+    static USR1: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    USR1.with(|f| f.set(true));
+}
+
+/// The accepting end sleeps (ten-minute blocks, nothing sent); SIGUSR1
+/// sent to its thread ends the block at once, and the loop sees the flag
+/// the handler set. Returns the receiver's wait counts.
+fn signal_wakes_a_sleeping_session(bus: Bus) -> mdbus::wait::AdaptiveStats {
+    // SAFETY: installs an async-signal-safe handler (one atomic store);
+    // SA_RESTART as the tools use it: poll(2) is interrupted regardless.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_usr1 as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn({
+        let bus = bus.clone();
+        move || {
+            let mut s = bus.session_accept("o").unwrap();
+            // SAFETY: pthread_self has no preconditions.
+            tx.send((mdbus_testkit::threads::tid(), unsafe {
+                libc::pthread_self()
+            }))
+            .unwrap();
+            let mut wait = block_at_once(Duration::from_secs(600));
+            while !USR1.with(|f| f.get()) {
+                assert_eq!(
+                    s.poll_wait(&mut wait, |_| panic!("nothing was sent"))
+                        .unwrap(),
+                    0
+                );
+            }
+            wait.stats()
+        }
+    });
+    let c = bus.session_connect("o").unwrap();
+    let (tid, thread) = rx.recv().unwrap();
+    mdbus_testkit::threads::until_blocked_in_wait(tid);
+    // SAFETY: the thread is alive: it returns only after the signal.
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+    let stats = receiver.join().unwrap();
+    drop(c);
+    // It slept, and no block ended with an event.
+    assert!(stats.blocks >= 1, "{stats:?}");
+    assert_eq!(stats.woken, 0, "{stats:?}");
+    stats
+}
+
+#[test]
+fn a_sleeping_tcp_session_is_woken_by_each_message() {
+    let stats = session_woken_by_each_message(tcp_session_bus(), 3);
+    // The socket needs no arming: every block ended with input.
+    assert!(stats.woken >= 3, "{stats:?}");
+    assert_eq!(stats.woken, stats.blocks, "{stats:?}");
+}
+
+#[test]
+fn a_signal_ends_a_sleeping_tcp_sessions_wait() {
+    signal_wakes_a_sleeping_session(tcp_session_bus());
+}
+
+/// The accepting end of an RDMA session in `mode` on the lane's first
+/// device (verbs_support); None (skipped) without RDMA.
+fn rc_bus(test: &str, mode: &str) -> Option<Bus> {
+    if !verbs_support::rdma_or_skip(test) {
+        return None;
+    }
+    let address = format!(
+        "{}:{}",
+        verbs_support::addr_a(),
+        verbs_support::unique_port()
+    );
+    Some(session_bus(
+        "verbs",
+        &address,
+        &format!("mode = \"{mode}\""),
+    ))
+}
+
+#[test]
+fn a_sleeping_rdma_session_is_woken_by_each_message_in_send_and_write_imm_modes() {
+    for mode in ["send", "write-imm"] {
+        let Some(bus) = rc_bus("rdma_session_woken", mode) else {
+            return;
+        };
+        // Each message completes a receive while the receiver sleeps on the
+        // channel: each wake is an event (the other blocks only arm).
+        let stats = session_woken_by_each_message(bus, 3);
+        assert!(stats.woken >= 3, "{mode}: {stats:?}");
+    }
+}
+
+#[test]
+fn a_session_woken_more_often_than_one_ack_batch_is_dropped_without_hanging() {
+    // 70 events: 64 acknowledged in one batch, 6 left for the drop, which
+    // must acknowledge them before destroying the queue (or hang).
+    let Some(bus) = rc_bus("rdma_session_acks_events_on_drop", "send") else {
+        return;
+    };
+    let stats = session_woken_by_each_message(bus, 70);
+    assert!(stats.woken >= 70, "{stats:?}");
+}
+
+#[test]
+fn a_write_mode_session_naps_and_still_delivers_in_order() {
+    // No receive completion in write mode: the receiver naps (poll(2) on
+    // no descriptor, 1 ms at most) and finds each message on waking.
+    let Some(bus) = rc_bus("rdma_write_mode_naps", "write") else {
+        return;
+    };
+    // A nap is not cut short by a message, so several may land in one.
+    let stats = session_woken_by_each_message(bus, 3);
+    assert_eq!(stats.woken, 0, "{stats:?}");
+    assert!(stats.blocks >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_signal_ends_a_sleeping_rdma_sessions_wait() {
+    if let Some(bus) = rc_bus("rdma_session_signal", "send") {
+        signal_wakes_a_sleeping_session(bus);
+    }
+}
+
+#[test]
+fn a_sleeping_ud_subscriber_is_woken_by_each_message() {
+    if !verbs_support::rdma_or_skip("ud_subscriber_woken") {
+        return;
+    }
+    let group = verbs_support::unique_group();
+    // Heartbeats wake the subscriber too: rare enough not to matter, and
+    // the subscriber's loop takes them in stride.
+    let bus = |interface: String| {
+        let text = format!(
+            "transport = \"verbs\"\n[threads]\nwait = \"adaptive\"\n[streams.s]\n\
+             group = \"{group}\"\ninterface = \"{interface}\"\nheartbeat_interval = \"1s\"\n"
+        );
+        Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap()
+    };
+    let mut publisher = bus(verbs_support::addr_a()).publisher("s").unwrap();
+    let mut subscriber = bus(verbs_support::addr_b()).subscriber("s").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        tx.send(mdbus_testkit::threads::tid()).unwrap();
+        let mut wait = block_at_once(Duration::from_secs(600));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            subscriber
+                .poll_wait(&mut wait, |e| {
+                    if let Event::Message(m) = e {
+                        got.push((m.seq(), m.payload().to_vec()));
+                    }
+                })
+                .unwrap();
+        }
+        (got, wait.stats())
+    });
+    let tid = rx.recv().unwrap();
+    for i in 0..3u8 {
+        mdbus_testkit::threads::until_blocked_in_wait(tid);
+        publisher.publish(&[i; 4]).unwrap();
+    }
+    let (got, stats) = reader.join().unwrap();
+    assert_eq!(got, vec![(1, vec![0; 4]), (2, vec![1; 4]), (3, vec![2; 4])]);
+    assert!(stats.woken >= 3, "{stats:?}");
 }

@@ -60,6 +60,21 @@ pub trait DatagramLink: Send {
         0
     }
 
+    /// Prepares the event source before the subscriber sleeps on
+    /// [`wait_fds`](Self::wait_fds). True when the caller must poll once
+    /// more before blocking: a verbs completion queue raises an event only
+    /// for completions after it was armed. Sockets need nothing.
+    fn arm_wait(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Takes what woke the sleeping subscriber off the event source (a
+    /// verbs completion event, acknowledged), so that the descriptor is
+    /// quiet again. Sockets need nothing: reading the datagrams does it.
+    fn after_wake(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Datagrams dropped by the link itself (send queue full, receive
     /// buffers exhausted), for the counters.
     fn dropped(&self) -> u64;

@@ -335,7 +335,8 @@ pub struct DatagramSubscriber<L: DatagramLink> {
     /// Per line, the source the core is bound to: where requests go.
     publisher: Vec<Option<L::Peer>>,
     pending: Pending,
-    /// The lines' sockets, for adaptive waiting; made at the first wait.
+    /// The lines' sockets (or completion channels), for adaptive waiting;
+    /// made at the first wait.
     epoll: Option<crate::wait::Epoll>,
 }
 
@@ -426,11 +427,27 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
                     .map_err(|e| Error::io("epoll_ctl", "a stream subscriber's sockets", e))?,
             );
         }
+        // A line armed just now may have received before arming: the
+        // caller polls once more, and sleeps on its next wait.
+        let mut armed = false;
+        for l in &mut self.lines {
+            armed |= l.arm_wait()?;
+        }
+        if armed {
+            return Ok(false);
+        }
         let due = self.core.next_deadline().saturating_sub(monotonic_ns());
         let timeout = timeout.min(std::time::Duration::from_nanos(due));
         let ep = self.epoll.as_ref().expect("made above");
-        ep.wait(timeout)
-            .map_err(|e| Error::io("epoll_wait", "a stream subscriber's sockets", e))
+        let woke = ep
+            .wait(timeout)
+            .map_err(|e| Error::io("epoll_wait", "a stream subscriber's sockets", e))?;
+        if woke {
+            for l in &mut self.lines {
+                l.after_wake()?;
+            }
+        }
+        Ok(woke)
     }
 
     fn send_pending(&mut self) -> Result<()> {

@@ -75,6 +75,13 @@ pub trait SessionEnd: Send {
     fn poll<F: FnMut(Message<'_>)>(&mut self, max: usize, f: &mut F) -> Result<usize>;
     /// Fails when the peer has died or closed; called while waiting for room.
     fn check_peer(&mut self) -> Result<()>;
+    /// Blocks until something may have arrived or `timeout` passes; true
+    /// when woken by the transport's event source (adaptive waiting). The
+    /// default has none: it naps for at most [`crate::wait::NAP`].
+    fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        crate::wait::nap(timeout.min(crate::wait::NAP));
+        Ok(false)
+    }
     /// Marks this end closed so the peer learns it.
     fn close(&mut self);
 }

@@ -523,6 +523,27 @@ impl SessionEnd for TcpSession {
         self.flush()
     }
 
+    fn wait_for_data(&mut self, timeout: Duration) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        // Something for the next poll already: a whole frame buffered (the
+        // last poll stopped at its batch), the end of the stream, a fault.
+        let buffered = !matches!(
+            self.reader.frame(&self.rbuf[self.r_start..self.r_end]),
+            Ok(None)
+        );
+        if buffered || self.eof || self.peer_closed || self.broken.is_some() {
+            return Ok(true);
+        }
+        // Bytes a full socket buffer held back are sent by the next poll
+        // once the socket takes them: wake for that too.
+        let mut events = libc::POLLIN;
+        if self.s_start < self.s_end {
+            events |= libc::POLLOUT;
+        }
+        crate::wait::poll_fd(self.sock.as_raw_fd(), events, timeout)
+            .map_err(|e| Error::io("poll", &self.channel, e))
+    }
+
     fn close(&mut self) {
         if self.closed {
             return;

@@ -18,13 +18,15 @@
 //!
 //! [`fuzz`] holds the other shared piece: the stable run of a cargo-fuzz
 //! target over its seed corpus and mutations of it; [`child`] the way a
-//! multi-process test starts its peers.
+//! multi-process test starts its peers; [`threads`] tells when another
+//! thread sleeps in poll(2) or epoll_wait(2), for tests of waits.
 
 use std::io::Write;
 
 pub mod alloc;
 pub mod child;
 pub mod fuzz;
+pub mod threads;
 
 /// What a test lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

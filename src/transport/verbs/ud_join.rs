@@ -149,7 +149,7 @@ impl<'a> Steps<'a> {
         // SAFETY: as above.
         let send_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.send_depth as usize, device) }?;
         // SAFETY: as above.
-        let recv_cq = unsafe { Cq::new(lib.verbs, ctx, cfg.recv_depth as usize, device) }?;
+        let recv_cq = unsafe { Cq::with_channel(lib.verbs, ctx, cfg.recv_depth as usize, device) }?;
         // The NIC only reads the send pool; the receive pool takes local
         // writes; nothing is remotely accessible.
         // SAFETY: as above.

@@ -647,6 +647,44 @@ impl DatagramLink for UdLink {
     fn dropped(&self) -> u64 {
         self.dropped
     }
+
+    fn wait_fds(&self, out: &mut [std::os::fd::RawFd; 2]) -> usize {
+        match self.recv_cq.wait_fd() {
+            Some(fd) => {
+                out[0] = fd;
+                1
+            }
+            None => 0,
+        }
+    }
+
+    fn arm_wait(&mut self) -> Result<bool> {
+        if self.fault.is_some() {
+            return Err(self.fault(String::new()));
+        }
+        // A sleeping line polls too seldom for the idle-poll cadence: it
+        // reads the device's events before each sleep instead.
+        self.check_device()?;
+        self.recv_cq.arm().map_err(|e| {
+            errors::os(
+                "ibv_req_notify_cq (UD receives)",
+                (self.device.as_str(), self.port),
+                Some(self.qpn),
+                e,
+            )
+        })
+    }
+
+    fn after_wake(&mut self) -> Result<()> {
+        self.recv_cq.take_events().map(drop).map_err(|e| {
+            errors::os(
+                "ibv_get_cq_event (UD receives)",
+                (self.device.as_str(), self.port),
+                Some(self.qpn),
+                e,
+            )
+        })
+    }
 }
 
 impl Drop for UdLink {

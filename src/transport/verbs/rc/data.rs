@@ -385,6 +385,10 @@ impl SessionEnd for RcSession {
         self.max_message
     }
 
+    fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.sleep_for_data(timeout)
+    }
+
     #[inline]
     fn try_claim(&mut self, len: usize) -> Option<&mut [u8]> {
         // Checked in release builds too: the slice below must stay inside

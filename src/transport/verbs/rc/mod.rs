@@ -43,6 +43,7 @@ mod hello;
 mod ring;
 mod setup;
 mod shared;
+mod wait;
 
 use std::time::{Duration, Instant};
 

@@ -152,7 +152,7 @@ impl Parts {
             // SAFETY: the shared queue outlives the parts (caller).
             Some(sh) => unsafe { Cq::alias(sh.cq) },
             // SAFETY: as above.
-            None => unsafe { Cq::new(lib.verbs, ctx, recv_depth as usize, &device) }?,
+            None => unsafe { Cq::with_channel(lib.verbs, ctx, recv_depth as usize, &device) }?,
         };
         // The NIC only reads the send pool: no access flags. The receive
         // pool takes local writes. Only the small control block may be
