@@ -98,8 +98,9 @@ fn corrupt_truncated_foreign_and_wrong_version_segments_are_named() {
     assert_eq!(
         subscribe_err(&bus),
         format!(
-            "shared-memory segment {shown}: layout version 9, this build reads version 1; \
-             restart both sides with the same mdbus version"
+            "shared-memory segment {shown}: layout version 9, this build reads version {}; \
+             restart both sides with the same mdbus version",
+            mdbus::transport::shm::segment::VERSION
         )
     );
 
