@@ -340,7 +340,9 @@ impl Adaptive {
     }
 
     /// Records a block's end: `event` true when the event source fired,
-    /// which puts the wait back on the spinning path.
+    /// which puts the wait back on the spinning path: `spin_polls` empty
+    /// polls, and the whole quiet period again from the first poll that
+    /// delivers anything.
     ///
     /// The quiet period adapts to the traffic. An event that comes within
     /// a few quiet periods of the last data means the gaps are only a
@@ -366,7 +368,13 @@ impl Adaptive {
                 }
             }
             self.empty = 0;
-            self.quiet_from = None;
+            // Spin again, but only the quiet period's worth of data earns
+            // the quiet period: if the polls after this wake deliver
+            // nothing (the event was a heartbeat, a keep-alive, a
+            // retransmission already held), the wait blocks again after
+            // `spin_polls` instead of spinning out the whole quiet period
+            // once per heartbeat.
+            self.quiet_from = now.checked_sub(self.quiet);
         } else if block_from
             .is_some_and(|b| now.saturating_duration_since(b) >= self.cfg.max_block / 2)
         {
@@ -649,6 +657,37 @@ mod tests {
         assert_eq!(w.quiet(), base);
         assert_eq!(w.stats().woken, 22);
         assert_eq!(w.stats().blocks, 33);
+    }
+
+    #[test]
+    fn a_wake_that_brings_no_data_blocks_again_without_the_quiet_period() {
+        let cfg = AdaptiveConfig {
+            spin_polls: 1,
+            quiet: Duration::from_millis(1),
+            max_block: Duration::from_millis(50),
+        };
+        let mut w = Adaptive::new(cfg);
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // Data, then the quiet millisecond spun out, then a block.
+        assert_eq!(w.after_poll(1), None);
+        assert_eq!(w.after_empty_at(at(0)), None);
+        assert_eq!(w.after_empty_at(at(999)), None);
+        assert_eq!(w.after_empty_at(at(1_000)), Some(cfg.max_block));
+        // A heartbeat wakes it 40 ms later and the poll after it delivers
+        // nothing: it blocks again at once, not after another millisecond.
+        w.woke_at(true, at(41_000));
+        assert_eq!(w.after_empty_at(at(41_001)), Some(cfg.max_block));
+        // The quiet period is what it was: the heartbeat came long after
+        // the data.
+        assert_eq!(w.quiet(), cfg.quiet);
+        // A wake whose poll delivers data spins the whole quiet period.
+        w.woke_at(true, at(60_000));
+        assert_eq!(w.after_poll(1), None);
+        assert_eq!(w.after_empty_at(at(60_001)), None);
+        assert_eq!(w.after_empty_at(at(60_999)), None);
+        assert_eq!(w.after_empty_at(at(61_001)), Some(cfg.max_block));
+        assert_eq!(w.stats().woken, 2);
     }
 
     #[test]
