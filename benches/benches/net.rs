@@ -93,9 +93,12 @@ const DGRAM: usize = DGRAM_HEADER + PER_DATAGRAM * (MSG_HEADER + MSG);
 const MMSG_BATCH: usize = 32;
 /// Datagram index that ends a raw run.
 const END: u64 = u64::MAX;
-/// Messages between two `service` calls of the publishing mdbus sender (16
-/// datagrams: a retransmit request waits at most that long).
-const SERVICE_EVERY_MSGS: u64 = 256;
+/// Messages between two `service` calls of the publishing mdbus sender:
+/// one `sendmmsg` batch (32 datagrams; a retransmit request waits at most
+/// that long). The call follows the flush: `service` flushes what is
+/// pending, so between two flushes it would split the batch in two
+/// `sendmmsg` calls of 16, twice the raw sender's calls.
+const SERVICE_EVERY_MSGS: u64 = (PER_DATAGRAM * MMSG_BATCH) as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Case {

@@ -95,6 +95,9 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
 const BATCH: usize = 32;
 /// Largest UDP payload accepted into a receive buffer.
 const RX_SLOT: usize = 65_536;
+/// A subscriber reads its unicast (retransmit reply) socket once in this
+/// many polls.
+const UNI_EVERY: u32 = 16;
 
 /// Preallocated `recvmmsg` state for one socket.
 struct RxBatch {
@@ -459,11 +462,14 @@ impl DatagramLink for UdpLink {
             }
             total += n;
         }
-        // The unicast socket carries only retransmit requests and replies:
-        // on a subscriber whose group socket just delivered, read it every
-        // sixteenth poll rather than pay a second system call per message.
+        // The unicast socket carries only retransmit replies to a
+        // subscriber: read it every sixteenth poll, not on every one, so a
+        // busy poll costs one system call (as a raw socket's does) and a
+        // reply waits at most fifteen polls (microseconds, against a
+        // retransmit timeout of milliseconds). After a wake-up it is read
+        // at once (`after_wake`).
         self.polls = self.polls.wrapping_add(1);
-        let skip_uni = self.group_rx.is_some() && total > 0 && self.polls % 16 != 0;
+        let skip_uni = self.group_rx.is_some() && self.polls % UNI_EVERY != 0;
         if total < max && !skip_uni {
             let n = self
                 .uni_rx
@@ -488,6 +494,13 @@ impl DatagramLink for UdpLink {
             }
             None => 1,
         }
+    }
+
+    fn after_wake(&mut self) -> Result<()> {
+        // What woke a sleeping subscriber may be on the unicast socket:
+        // the next poll reads it.
+        self.polls = UNI_EVERY - 1;
+        Ok(())
     }
 
     fn dropped(&self) -> u64 {
