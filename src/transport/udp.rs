@@ -276,6 +276,9 @@ pub struct UdpLink {
     tx: TxBatch,
     dropped: u64,
     polls: u32,
+    /// The last read of the unicast socket returned datagrams: read it on
+    /// every poll until it comes back empty.
+    uni_busy: bool,
 }
 
 // SAFETY: the raw pointers inside the send and receive batches point into boxes the
@@ -364,6 +367,7 @@ impl UdpLink {
             uni_rx: RxBatch::new(RX_SLOT.min(max_datagram.max(2048))),
             dropped: 0,
             polls: 0,
+            uni_busy: false,
         })
     }
 
@@ -466,10 +470,11 @@ impl DatagramLink for UdpLink {
         // subscriber: read it every sixteenth poll, not on every one, so a
         // busy poll costs one system call (as a raw socket's does) and a
         // reply waits at most fifteen polls (microseconds, against a
-        // retransmit timeout of milliseconds). After a wake-up it is read
-        // at once (`after_wake`).
+        // retransmit timeout of milliseconds). While replies flow (the
+        // last read returned some) and after a wake-up (`after_wake`) it
+        // is read on every poll, so a recovery drains at full speed.
         self.polls = self.polls.wrapping_add(1);
-        let skip_uni = self.group_rx.is_some() && self.polls % UNI_EVERY != 0;
+        let skip_uni = self.group_rx.is_some() && !self.uni_busy && self.polls % UNI_EVERY != 0;
         if total < max && !skip_uni {
             let n = self
                 .uni_rx
@@ -480,6 +485,7 @@ impl DatagramLink for UdpLink {
                 let (peer, bytes) = self.uni_rx.datagram(i, slot);
                 f(peer, bytes);
             }
+            self.uni_busy = n > 0;
             total += n;
         }
         Ok(total)
