@@ -571,6 +571,42 @@ mod tests {
     }
 
     #[test]
+    fn a_subscriber_takes_every_queued_reply_on_its_unicast_socket() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 42, 9),
+                20_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+            source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
+        };
+        let mut p = UdpLink::publisher("stream `r`", &line, 1472).unwrap();
+        let mut s = UdpLink::subscriber("stream `r`", &line, 1472).unwrap();
+        // Five reads' worth of replies: the socket is read once in
+        // UNI_EVERY polls while quiet, then on every poll until drained.
+        let to = s.local_addr().unwrap();
+        for i in 0..40u32 {
+            p.send_to(to, &i.to_be_bytes()).unwrap();
+        }
+        let mut got: Vec<u32> = vec![];
+        for _ in 0..1_000_000 {
+            s.poll(8, &mut |from, b: &[u8]| {
+                assert_eq!(Some(from), p.local_addr());
+                got.push(u32::from_be_bytes(b.try_into().unwrap()))
+            })
+            .unwrap();
+            if got.len() == 40 {
+                break;
+            }
+        }
+        assert_eq!(got, (0..40).collect::<Vec<_>>());
+        assert_eq!(p.dropped(), 0);
+    }
+
+    #[test]
     fn queued_datagrams_leave_in_order_when_the_batch_fills_or_flushes() {
         let line = LineAddr {
             group: SocketAddrV4::new(
