@@ -15,6 +15,9 @@ use crate::wire::Header;
 struct Entry {
     /// Monotonic byte position of the payload.
     pos: u64,
+    /// Where the payload starts in the arena (`pos` modulo its size), kept
+    /// so that reading a message needs no division.
+    at: usize,
     len: u32,
     flags: u32,
     timestamp: u64,
@@ -29,8 +32,12 @@ pub(crate) struct Retained {
     arena: Box<[u8]>,
     /// Monotonic position where the next payload may start.
     head: u64,
-    /// Position and length of the space handed out by `claim`, if any.
-    claimed: Option<(u64, usize)>,
+    /// `head` modulo the arena's size, kept so that a claim needs no
+    /// division.
+    head_at: usize,
+    /// Position, arena offset and length of the space handed out by
+    /// `claim`, if any.
+    claimed: Option<(u64, usize, usize)>,
     /// Oldest retained sequence (== `next` when none is).
     oldest: u64,
     /// Sequence the next commit gets.
@@ -45,6 +52,7 @@ impl Retained {
             mask: messages as u64 - 1,
             arena: super::prefaulted(bytes),
             head: 0,
+            head_at: 0,
             claimed: None,
             oldest: 1,
             next: 1,
@@ -76,13 +84,15 @@ impl Retained {
     /// Space for a `len`-byte payload (`len` at most the arena size),
     /// evicting the oldest messages whose bytes it will overwrite.
     pub(crate) fn claim(&mut self, len: usize) -> &mut [u8] {
-        let size = self.arena.len() as u64;
-        let mut pos = self.head;
-        if pos % size + len as u64 > size {
+        let size = self.arena.len();
+        let (pos, start) = if self.head_at + len > size {
             // Skip the tail so the payload stays contiguous.
-            pos = pos.div_ceil(size) * size;
-        }
+            (self.head + (size - self.head_at) as u64, 0)
+        } else {
+            (self.head, self.head_at)
+        };
         let end = pos + len as u64;
+        let size = size as u64;
         // Bytes at positions below `end - size` share arena bytes with the
         // new payload.
         let overwritten_below = end.saturating_sub(size);
@@ -91,15 +101,14 @@ impl Retained {
         {
             self.oldest += 1;
         }
-        self.claimed = Some((pos, len));
-        let start = (pos % size) as usize;
+        self.claimed = Some((pos, start, len));
         &mut self.arena[start..start + len]
     }
 
     /// Publishes the first `len` bytes of the claimed space; returns the
     /// new message's sequence, or `None` without a claim of at least `len`.
     pub(crate) fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Option<u64> {
-        let (pos, claimed) = self.claimed?;
+        let (pos, at, claimed) = self.claimed?;
         if len > claimed {
             return None;
         }
@@ -111,11 +120,17 @@ impl Retained {
         let seq = self.next;
         self.entries[(seq & self.mask) as usize] = Entry {
             pos,
+            at,
             len: len as u32,
             flags,
             timestamp,
         };
         self.head = pos + len as u64;
+        self.head_at = if at + len == self.arena.len() {
+            0
+        } else {
+            at + len
+        };
         self.next += 1;
         Some(seq)
     }
@@ -127,7 +142,7 @@ impl Retained {
             return None;
         }
         let e = &self.entries[(seq & self.mask) as usize];
-        let start = (e.pos % self.arena.len() as u64) as usize;
+        let start = e.at;
         let h = Header {
             seq,
             len: e.len,
@@ -190,6 +205,28 @@ mod tests {
         put(&mut r, &[]);
         assert_eq!(r.get(5).unwrap().1, &[] as &[u8]);
         assert_eq!(r.oldest(), 4);
+    }
+
+    #[test]
+    fn a_message_that_ends_at_the_arena_end_is_followed_from_the_start() {
+        let mut r = Retained::new(8, 100);
+        put(&mut r, &[1; 50]);
+        put(&mut r, &[2; 50]);
+        assert_eq!((r.oldest(), r.latest()), (1, 2));
+        // The arena is exactly full: the next payload starts at offset 0
+        // and overwrites the first message only.
+        put(&mut r, &[3; 10]);
+        assert_eq!((r.oldest(), r.latest()), (2, 3));
+        assert_eq!(r.get(2).unwrap().1, &[2u8; 50][..]);
+        assert_eq!(r.get(3).unwrap().1, &[3u8; 10][..]);
+        // A shorter commit than claimed moves the head by what was kept.
+        r.claim(30)[..5].copy_from_slice(&[4; 5]);
+        assert_eq!(r.commit(5, 0, 0), Some(4));
+        put(&mut r, &[5; 30]);
+        assert_eq!(r.get(4).unwrap().1, &[4u8; 5][..]);
+        assert_eq!(r.get(5).unwrap().1, &[5u8; 30][..]);
+        assert_eq!(r.arena[10..15], [4; 5]);
+        assert_eq!(r.arena[15..45], [5; 30]);
     }
 
     #[test]

@@ -70,7 +70,9 @@ pub trait DatagramLink: Send {
 
     /// Takes what woke the sleeping subscriber off the event source (a
     /// verbs completion event, acknowledged), so that the descriptor is
-    /// quiet again. Sockets need nothing: reading the datagrams does it.
+    /// quiet again, and makes sure the next [`poll`](Self::poll) reads
+    /// every source that may have woken it (a UDP subscriber reads its
+    /// unicast socket only now and then otherwise).
     fn after_wake(&mut self) -> Result<()> {
         Ok(())
     }

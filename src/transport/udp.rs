@@ -95,6 +95,9 @@ pub fn lines(name: &str, cfg: &StreamConfig, publisher: bool) -> Result<Vec<UdpL
 const BATCH: usize = 32;
 /// Largest UDP payload accepted into a receive buffer.
 const RX_SLOT: usize = 65_536;
+/// A subscriber reads its unicast (retransmit reply) socket once in this
+/// many polls.
+const UNI_EVERY: u32 = 16;
 
 /// Preallocated `recvmmsg` state for one socket.
 struct RxBatch {
@@ -273,6 +276,9 @@ pub struct UdpLink {
     tx: TxBatch,
     dropped: u64,
     polls: u32,
+    /// The last read of the unicast socket returned datagrams: read it on
+    /// every poll until it comes back empty.
+    uni_busy: bool,
 }
 
 // SAFETY: the raw pointers inside the send and receive batches point into boxes the
@@ -361,6 +367,7 @@ impl UdpLink {
             uni_rx: RxBatch::new(RX_SLOT.min(max_datagram.max(2048))),
             dropped: 0,
             polls: 0,
+            uni_busy: false,
         })
     }
 
@@ -459,11 +466,15 @@ impl DatagramLink for UdpLink {
             }
             total += n;
         }
-        // The unicast socket carries only retransmit requests and replies:
-        // on a subscriber whose group socket just delivered, read it every
-        // sixteenth poll rather than pay a second system call per message.
+        // The unicast socket carries only retransmit replies to a
+        // subscriber: read it every sixteenth poll, not on every one, so a
+        // busy poll costs one system call (as a raw socket's does) and a
+        // reply waits at most fifteen polls (microseconds, against a
+        // retransmit timeout of milliseconds). While replies flow (the
+        // last read returned some) and after a wake-up (`after_wake`) it
+        // is read on every poll, so a recovery drains at full speed.
         self.polls = self.polls.wrapping_add(1);
-        let skip_uni = self.group_rx.is_some() && total > 0 && self.polls % 16 != 0;
+        let skip_uni = self.group_rx.is_some() && !self.uni_busy && self.polls % UNI_EVERY != 0;
         if total < max && !skip_uni {
             let n = self
                 .uni_rx
@@ -474,6 +485,7 @@ impl DatagramLink for UdpLink {
                 let (peer, bytes) = self.uni_rx.datagram(i, slot);
                 f(peer, bytes);
             }
+            self.uni_busy = n > 0;
             total += n;
         }
         Ok(total)
@@ -488,6 +500,13 @@ impl DatagramLink for UdpLink {
             }
             None => 1,
         }
+    }
+
+    fn after_wake(&mut self) -> Result<()> {
+        // What woke a sleeping subscriber may be on the unicast socket:
+        // the next poll reads it.
+        self.polls = UNI_EVERY - 1;
+        Ok(())
     }
 
     fn dropped(&self) -> u64 {
@@ -549,6 +568,42 @@ mod tests {
             }
         }
         assert_eq!(got, vec![b"request".to_vec()]);
+    }
+
+    #[test]
+    fn a_subscriber_takes_every_queued_reply_on_its_unicast_socket() {
+        let line = LineAddr {
+            group: SocketAddrV4::new(
+                Ipv4Addr::new(239, 255, 42, 9),
+                20_000 + (std::process::id() % 20_000) as u16,
+            ),
+            interface: Ipv4Addr::LOCALHOST,
+            ttl: 0,
+            loopback: true,
+            source: None,
+            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
+        };
+        let mut p = UdpLink::publisher("stream `r`", &line, 1472).unwrap();
+        let mut s = UdpLink::subscriber("stream `r`", &line, 1472).unwrap();
+        // Five reads' worth of replies: the socket is read once in
+        // UNI_EVERY polls while quiet, then on every poll until drained.
+        let to = s.local_addr().unwrap();
+        for i in 0..40u32 {
+            p.send_to(to, &i.to_be_bytes()).unwrap();
+        }
+        let mut got: Vec<u32> = vec![];
+        for _ in 0..1_000_000 {
+            s.poll(8, &mut |from, b: &[u8]| {
+                assert_eq!(Some(from), p.local_addr());
+                got.push(u32::from_be_bytes(b.try_into().unwrap()))
+            })
+            .unwrap();
+            if got.len() == 40 {
+                break;
+            }
+        }
+        assert_eq!(got, (0..40).collect::<Vec<_>>());
+        assert_eq!(p.dropped(), 0);
     }
 
     #[test]
