@@ -271,7 +271,7 @@ impl Pipeline {
             }
         }
         match route {
-            Route::Stream(s) => self.publish(usize::from(s), sequence, data),
+            Route::Stream(s) => self.publish_inline(usize::from(s), sequence, data),
             Route::All => {
                 for s in 0..self.publishers.len() {
                     self.publish(s, sequence, data);
@@ -281,8 +281,17 @@ impl Pipeline {
         }
     }
 
-    #[inline]
+    /// [`Pipeline::publish`] outlined, for the rare messages that go to
+    /// every stream.
+    #[inline(never)]
     fn publish(&mut self, stream: usize, sequence: u64, data: &[u8]) {
+        self.publish_inline(stream, sequence, data);
+    }
+
+    /// One message on one stream; inlined into the per-message path,
+    /// where a call cost about a fifth of the work.
+    #[inline(always)]
+    fn publish_inline(&mut self, stream: usize, sequence: u64, data: &[u8]) {
         let Some(p) = self.publishers.get_mut(stream) else {
             self.local.unrouted += 1;
             return;
