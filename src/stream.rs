@@ -654,3 +654,53 @@ impl Subscriber {
         Ok(n)
     }
 }
+
+/// Publishing in runs: for a publisher that sends several messages in a
+/// row (a relay handing on one inbound datagram) and brings its entry in
+/// the counters file up to date once per run instead of once per message.
+impl Publisher {
+    /// Claims `len` bytes, lets `write` fill them, and commits them with
+    /// the send timestamp `timestamp_ns`, as [`Publisher::claim`] then
+    /// [`Claim::commit_with_timestamp`] do, except that this handle's
+    /// counters-file entry (messages, bytes, last sequence) is left for
+    /// [`Publisher::end_run`]; [`Publisher::published`] counts at once.
+    /// Shared memory is written directly; other transports take the
+    /// ordinary claim and commit.
+    #[inline]
+    pub fn publish_in_run(
+        &mut self,
+        len: usize,
+        timestamp_ns: u64,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<u64> {
+        let PublisherImpl::Shm(t) = &mut self.inner else {
+            let mut c = self.claim(len)?;
+            write(&mut c);
+            return c.commit_with_timestamp(timestamp_ns);
+        };
+        // Shared memory fails only for a message larger than the stream
+        // takes, which `claim` does not count either.
+        write(t.claim(len)?);
+        let seq = t.commit(len, FLAG_TIMESTAMP, timestamp_ns)?;
+        self.published += 1;
+        self.bytes += len as u64;
+        Ok(seq)
+    }
+
+    /// Ends a run of [`Publisher::publish_in_run`]: writes this handle's
+    /// counters into the counters file. Call it after the run's last
+    /// message; until then the file lags by the run.
+    #[inline]
+    pub fn end_run(&mut self) {
+        // Other transports updated the file at each commit.
+        if !matches!(self.inner, PublisherImpl::Shm(_)) {
+            return;
+        }
+        if let Some(c) = &self.counters {
+            c.set(pc::MESSAGES, self.published);
+            c.set(pc::BYTES, self.bytes);
+            c.set(pc::LAST_SEQ, self.next_seq().saturating_sub(1));
+        }
+        self.tick();
+    }
+}

@@ -30,6 +30,16 @@
 //! stamped by the kernel); it weighs most when packets carry one message
 //! each.
 //!
+//! Instructions per message, which load does not change, are counted
+//! with callgrind over the relay's passes alone (where the host has no
+//! hardware counters for `perf stat`; docs/PERFORMANCE.md has the
+//! figures):
+//!
+//! ```text
+//! MDBUS_BENCH_PASSES=1 valgrind --tool=callgrind --toggle-collect='relay::Modes::relay_pass' \
+//!   --dump-after='relay::Modes::relay_pass' ./relay-* --bench
+//! ```
+//!
 //! `MDBUS_BENCH_CORES`: the core to pin to (default: the first core of
 //! the placement); `MDBUS_BENCH_JSON`: also append the JSON lines to this
 //! file.

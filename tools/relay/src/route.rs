@@ -68,7 +68,9 @@ enum Rules {
 /// The router: built once from the configuration, then used per message.
 #[derive(Debug, Clone)]
 pub struct Router {
-    table: Box<[u16]>,
+    /// One entry per possible locate: indexing by a `u16` needs no
+    /// bounds check.
+    table: Box<[u16; 1 << 16]>,
     rules: Rules,
     system: Route,
     unknown: Route,
@@ -160,7 +162,7 @@ impl Router {
             _ => Route::DropUnknown,
         };
         Router {
-            table: vec![UNKNOWN; 1 << 16].into_boxed_slice(),
+            table: Box::new([UNKNOWN; 1 << 16]),
             rules,
             system,
             unknown,
