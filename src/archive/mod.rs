@@ -17,6 +17,7 @@
 //!   [`ReplayService`] over a session.
 
 mod format;
+mod handoff;
 mod reader;
 mod recorder;
 mod replay;
