@@ -427,6 +427,13 @@ pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
         m.insert("recorder_throttled".into(), c.throttled.into());
     }
     if let Some(c) = o.publisher {
+        // Everything its queue pair received (its own multicast included)
+        // and what was dropped, requests or not.
+        m.insert(
+            "publisher_datagrams_received".into(),
+            c.datagrams_received.into(),
+        );
+        m.insert("publisher_drops".into(), c.drops.total().into());
         m.insert(
             "publisher_requests_received".into(),
             c.requests_received.into(),
