@@ -48,6 +48,10 @@ pub const HANDOFF_BYTES: usize = 16 << 20;
 const DEFAULT_MAX_PAYLOAD: usize = 64 << 10;
 /// Items the writer takes between updates of its counters.
 const WRITE_BATCH: usize = 256;
+/// Longest a writer that is never idle (it lags behind the stream) goes
+/// without flushing, so that readers of the files (a late joiner
+/// replaying) see its progress.
+const BUSY_FLUSH: Duration = Duration::from_millis(5);
 
 /// Counters of a recorder, readable while it runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -468,6 +472,7 @@ fn write(
 ) -> Result<(), ArchiveError> {
     let mut idle = 0u32;
     let mut batches = 0u64;
+    let mut flushed = std::time::Instant::now();
     loop {
         // Read before the hand-off is found empty: nothing comes after.
         let finished = s.received_all.load(Acquire);
@@ -495,6 +500,11 @@ fn write(
         batches = batches.wrapping_add(1);
         if taken > 0 {
             idle = 0;
+            if flushed.elapsed() >= BUSY_FLUSH {
+                w.tick()?;
+                s.last_seq.store(w.next_seq().saturating_sub(1), Relaxed);
+                flushed = std::time::Instant::now();
+            }
             if let Some(slots) = slots {
                 if batches % crate::counters::registry::MIRROR_EVERY == 0 {
                     mirror(slots, s);
@@ -505,6 +515,7 @@ fn write(
         // Idle: flushed before the progress is shown, so a reader of the
         // files finds what `last_seq` says.
         w.tick()?;
+        flushed = std::time::Instant::now();
         s.last_seq.store(w.next_seq().saturating_sub(1), Relaxed);
         if finished {
             w.sync()?;
