@@ -8,15 +8,17 @@
 //!   the torn tail a crash left.
 //! - [`ArchiveReader`] reads an archive directory read-only and trusts no
 //!   byte of it: bad data is a typed error or a counted stop.
-//! - [`Recorder`] runs a writer on its own thread, fed by an ordinary
-//!   subscriber of the stream, so it works on every transport and a slow
-//!   disk never stalls the publisher.
+//! - [`Recorder`] runs a writer on its own thread, fed through a lock-free
+//!   hand-off by another that polls an ordinary subscriber of the stream,
+//!   so it works on every transport and a slow disk never stalls the
+//!   publisher or the receiving.
 //! - [`ReplaySubscriber`] delivers a stream from any sequence: the
 //!   archived range first, then the live stream from exactly the next
 //!   sequence, read from the archive's directory or from a
 //!   [`ReplayService`] over a session.
 
 mod format;
+mod handoff;
 mod reader;
 mod recorder;
 mod replay;

@@ -75,7 +75,14 @@ pub struct ArchiveWriter {
     /// Last sequence made durable by a sync.
     synced: u64,
     stats: WriterStats,
+    /// The next segment's file, preallocated ahead of need by
+    /// [`prepare_next`](Self::prepare_next) (`SPARE`, deleted as a
+    /// temporary on open).
+    spare: Option<File>,
 }
+
+/// Name of the preallocated spare segment.
+const SPARE: &str = "next.seg.tmp";
 
 impl ArchiveWriter {
     /// Opens (creating) the archive in `cfg.dir` for appending: finds the
@@ -97,6 +104,7 @@ impl ArchiveWriter {
             last_sync: Instant::now(),
             synced: 0,
             stats: WriterStats::default(),
+            spare: None,
         };
         // A newest segment whose header is torn (a crash while it was
         // created) holds nothing: it goes.
@@ -434,14 +442,20 @@ impl ArchiveWriter {
         let path = format::segment_path(dir, seq);
         // Created under a temporary name and renamed whole, so a crash
         // never leaves a segment with half a header under its real name.
-        let tmp = dir.join(format!("{seq:020}.seg.tmp"));
-        let file = create(&tmp)?;
+        let (file, tmp) = match self.spare.take() {
+            Some(file) => (file, dir.join(SPARE)),
+            None => {
+                let tmp = dir.join(format!("{seq:020}.seg.tmp"));
+                let file = create(&tmp)?;
+                preallocate(&file, self.cfg.segment_bytes, &tmp)?;
+                (file, tmp)
+            }
+        };
         let header = SegmentHeader {
             base_seq: seq,
             created_ns: now,
             capacity: self.cfg.segment_bytes,
         };
-        preallocate(&file, self.cfg.segment_bytes, &tmp)?;
         file.write_all_at(&header.encode(), 0)
             .map_err(ArchiveError::io("write", &tmp))?;
         let ipath = format::index_path(dir, seq);
@@ -497,6 +511,30 @@ impl ArchiveWriter {
 }
 
 impl ArchiveWriter {
+    /// Preallocates the next segment's file ahead of need, once the
+    /// archive is empty or the active segment is half full, so the
+    /// rotation that takes it does not wait for the allocation (slow on
+    /// some filesystems). Call when idle; cheap when there is nothing to do.
+    pub fn prepare_next(&mut self) -> Result<(), ArchiveError> {
+        let due = self
+            .active
+            .as_ref()
+            .map_or(true, |a| a.end * 2 >= a.capacity);
+        if self.spare.is_some() || !due {
+            return Ok(());
+        }
+        let tmp = self.cfg.dir.join(SPARE);
+        let file = create(&tmp)?;
+        preallocate(&file, self.cfg.segment_bytes, &tmp)?;
+        self.spare = Some(file);
+        Ok(())
+    }
+
+    /// Whether a spare segment is preallocated.
+    pub fn has_spare(&self) -> bool {
+        self.spare.is_some()
+    }
+
     /// The publisher restarted and numbers from 1 again: what this archive
     /// holds (the previous epoch) is made durable and moved, whole, into
     /// `DIR/epochs/NNNNNN` (an archive of its own, numbered from 1 in
@@ -622,6 +660,10 @@ impl Drop for ArchiveWriter {
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
             log::error!("{e}");
+        }
+        if self.spare.take().is_some() {
+            // Unused: it would be deleted at the next open anyway.
+            let _ = std::fs::remove_file(self.cfg.dir.join(SPARE));
         }
     }
 }

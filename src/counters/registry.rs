@@ -108,7 +108,7 @@ pub const SUBSCRIBER_REPLAY: [(&str, Kind); 8] = [
     ("replay_restarts", C),
 ];
 /// Slots of a stream's archive recorder, in order (`rec.STREAM.`).
-pub const ARCHIVE: [(&str, Kind); 12] = [
+pub const ARCHIVE: [(&str, Kind); 15] = [
     ("open", G),
     ("recorded", C),
     ("bytes", C),
@@ -120,6 +120,9 @@ pub const ARCHIVE: [(&str, Kind); 12] = [
     ("syncs", C),
     ("already_recorded", C),
     ("epochs", C),
+    ("handoff_bytes", G),
+    ("handoff_high_water", G),
+    ("handoff_full", C),
     ("errors", C),
 ];
 /// Slots of a stream's archive replay service, in order

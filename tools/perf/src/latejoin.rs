@@ -92,7 +92,7 @@ pub struct Args {
 }
 
 /// What the late subscriber got.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Outcome {
     /// Messages published before the subscriber started.
     pub join_seq: u64,
@@ -114,6 +114,11 @@ pub struct Outcome {
     /// Messages the recorder lost to overruns (the archive records them
     /// as gaps).
     pub recorder_lost: u64,
+    /// The recorder's counters at the end (its hand-off's high-water mark
+    /// and full waits, its subscriber's recovery).
+    pub recorder: mdbus::archive::RecorderStats,
+    /// The publisher's recovery counters (datagram transports).
+    pub publisher: Option<mdbus::recovery::Counters>,
 }
 
 impl Outcome {
@@ -268,6 +273,7 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
     let published = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let failed = std::sync::Mutex::new(None::<String>);
+    let publisher_counters = std::sync::Mutex::new(None);
     let interval_ns = 1_000_000_000 / a.rate.max(1);
     let out = std::thread::scope(|s| {
         s.spawn(|| {
@@ -275,11 +281,17 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
             let start = Instant::now();
             for seq in 1..=n {
                 // Steady pacing: message `seq` leaves at its slot, and the
-                // publisher's duties are done while it waits.
+                // publisher's duties (retransmit requests, heartbeats) are
+                // done while it waits, and at least once per message: a
+                // publisher behind its pace (an emulated CPU) must still
+                // answer the subscribers' requests.
                 let due = Duration::from_nanos(interval_ns * (seq - 1));
-                while start.elapsed() < due {
+                loop {
                     if let Err(e) = publisher.service() {
                         *failed.lock().unwrap() = Some(e.to_string());
+                    }
+                    if start.elapsed() >= due {
+                        break;
                     }
                     std::hint::spin_loop();
                 }
@@ -294,6 +306,7 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
                 let _ = publisher.service();
                 std::thread::yield_now();
             }
+            *publisher_counters.lock().unwrap() = publisher.recovery_counters();
         });
         let r = subscribe(a, bus, join_at, &published);
         done.store(true, Ordering::Release);
@@ -302,12 +315,15 @@ pub fn measure(a: &Args) -> Result<Outcome, String> {
     if let Some(e) = failed.into_inner().unwrap_or(None) {
         return Err(format!("publisher: {e}"));
     }
+    let pub_recovery = publisher_counters.into_inner().unwrap_or(None);
     let st = recorder.stop();
     if let Some(e) = st.error {
         return Err(format!("recorder: {e}"));
     }
     let mut out = out?;
     out.recorder_lost = st.overrun_messages + st.gap_messages;
+    out.recorder = st;
+    out.publisher = pub_recovery;
     out.archive_bytes = std::fs::read_dir(&dir)
         .map(|d| {
             d.filter_map(|e| e.ok()?.metadata().ok())
@@ -398,6 +414,46 @@ pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
     m.insert("size_bytes".into(), a.size.into());
     m.insert("archive_bytes".into(), o.archive_bytes.into());
     m.insert("recorder_lost".into(), o.recorder_lost.into());
+    let r = &o.recorder;
+    m.insert(
+        "recorder_handoff_high_water".into(),
+        r.handoff_high_water.into(),
+    );
+    m.insert("recorder_handoff_full".into(), r.handoff_full.into());
+    // Recovery on the datagram transports: what the recorder's subscriber
+    // asked for and got back, and what the publisher answered.
+    if let Some(c) = r.recovery {
+        m.insert("recorder_requests_sent".into(), c.requests_sent.into());
+        m.insert("recorder_recovered".into(), c.recovered.into());
+        m.insert("recorder_unrecoverable".into(), c.unrecoverable.into());
+        m.insert(
+            "recorder_not_available".into(),
+            c.not_available_received.into(),
+        );
+        m.insert("recorder_throttled".into(), c.throttled.into());
+    }
+    if let Some(c) = o.publisher {
+        // Everything its queue pair received (its own multicast included)
+        // and what was dropped, requests or not.
+        m.insert(
+            "publisher_datagrams_received".into(),
+            c.datagrams_received.into(),
+        );
+        m.insert("publisher_drops".into(), c.drops.total().into());
+        m.insert(
+            "publisher_requests_received".into(),
+            c.requests_received.into(),
+        );
+        m.insert("publisher_retransmitted".into(), c.retransmitted.into());
+        m.insert(
+            "publisher_not_available_sent".into(),
+            c.not_available_sent.into(),
+        );
+        m.insert(
+            "publisher_retransmit_throttled".into(),
+            c.retransmit_throttled.into(),
+        );
+    }
     serde_json::Value::Object(m)
 }
 

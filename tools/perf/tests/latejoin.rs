@@ -17,8 +17,10 @@ fn run(transport: &str, group: &str) -> Value {
             "40000",
             "--join-at",
             "0.8",
+            // A debug build's recorder writes about that fast on a busy
+            // machine; the recorder's lag is not what this checks.
             "--rate",
-            "100000",
+            "50000",
             "--capacity",
             "16384",
             "--group",
