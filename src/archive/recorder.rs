@@ -198,6 +198,17 @@ fn mirror(slots: &Slots, s: &Shared) {
     ]);
 }
 
+/// Counts and logs an epoch the writer sealed (the publisher restarted).
+fn sealed_epoch(w: &ArchiveWriter, s: &Shared, epoch: u64, sealed: Option<std::path::PathBuf>) {
+    s.epochs.fetch_add(1, Relaxed);
+    s.last_seq.store(0, Relaxed);
+    log::warn!(
+        "archive {}: the publisher restarted (epoch {epoch}); the previous epoch is kept in {}",
+        w.dir().display(),
+        sealed.map_or("(nothing recorded)".into(), |p| p.display().to_string())
+    );
+}
+
 fn run(
     mut sub: Subscriber,
     mut w: ArchiveWriter,
@@ -207,7 +218,18 @@ fn run(
     let mut idle = 0u32;
     let mut polls = 0u64;
     let mut failed: Option<ArchiveError> = None;
+    // Held until the live epoch is known, then checked against the
+    // archive's: another epoch's archive is sealed first.
+    w.hold_until_epoch();
     loop {
+        if let Some(epoch) = sub.epoch() {
+            let before = w.stats().already_recorded;
+            if let Some(sealed) = w.follow_epoch(epoch)? {
+                sealed_epoch(&w, s, epoch, Some(sealed));
+            }
+            s.already
+                .fetch_add(w.stats().already_recorded - before, Relaxed);
+        }
         let stopping = s.stop.load(Relaxed);
         let n = sub
             .poll(|e| {
@@ -242,15 +264,9 @@ fn run(
                     // The new epoch numbers from 1 again: the previous
                     // one's archive is sealed apart, and this one begins
                     // anew, so no archive mixes two epochs' sequences.
-                    Event::PublisherRestarted { epoch } => w.new_epoch().map(|sealed| {
-                        s.epochs.fetch_add(1, Relaxed);
-                        s.last_seq.store(0, Relaxed);
-                        log::warn!(
-                            "archive {}: the publisher restarted (epoch {epoch}); the previous epoch is kept in {}",
-                            w.dir().display(),
-                            sealed.map_or("(nothing recorded)".into(), |p| p.display().to_string())
-                        );
-                    }),
+                    Event::PublisherRestarted { epoch } => w
+                        .new_epoch(epoch)
+                        .map(|sealed| sealed_epoch(&w, s, epoch, sealed)),
                     Event::EndOfStream { .. } | Event::PublisherDown { .. } => w.sync(),
                 };
                 if let Err(e) = r {

@@ -778,6 +778,16 @@ impl ReplaySource {
         }
     }
 
+    /// The publisher epoch of what the next item comes from, when the
+    /// source tells it: the directory's segments do (format version 2); a
+    /// replay service does not carry it (`None`).
+    pub fn epoch(&mut self) -> Result<Option<u64>, ArchiveError> {
+        match self {
+            ReplaySource::Local(r) => r.epoch(),
+            ReplaySource::Remote(_) => Ok(None),
+        }
+    }
+
     /// Sequence the next item starts at.
     pub fn position(&self) -> u64 {
         match self {
