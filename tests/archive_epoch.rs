@@ -390,8 +390,11 @@ fn names(d: &Path) -> Vec<String> {
 }
 
 /// Retention by bytes covers the sealed epochs: the total of `DIR` counts
-/// them, the oldest goes first, whole, counted; an epoch sealed later is
-/// never given a deleted one's number.
+/// them, the oldest goes first, whole, counted, at the seal's reopen and
+/// at a rotation; an epoch sealed later is never given a deleted one's
+/// number. Sizes: 1,364 records of 48 bytes fill a 64 KiB segment; 1,500
+/// records are that closed segment and 136 more (6,592 bytes, the
+/// segment cut to them when sealed): 72,128 bytes an epoch.
 #[test]
 fn retention_by_bytes_deletes_the_oldest_sealed_epochs_first() {
     let d = dir("ret-bytes");
@@ -402,32 +405,35 @@ fn retention_by_bytes_deletes_the_oldest_sealed_epochs_first() {
     let epochs = d.join("epochs");
     let mut w = ArchiveWriter::open(&cfg).unwrap();
     w.follow_epoch(1).unwrap();
-    let fill = |w: &mut ArchiveWriter, n: u64| {
-        for s in 1..=n {
+    let fill = |w: &mut ArchiveWriter| {
+        for s in 1..=1500 {
             w.append(s, 0, 0, &body(s)).unwrap();
         }
     };
-    // Two small epochs sealed: one preallocated segment each, 2 x 64 KiB,
-    // not beyond the limit.
-    fill(&mut w, 100);
+    fill(&mut w);
     w.new_epoch(2).unwrap();
-    fill(&mut w, 100);
+    assert_eq!(names(&epochs), ["000001"]);
+    fill(&mut w);
+    // Two sealed epochs, 144,256 bytes: the first goes.
     w.new_epoch(3).unwrap();
-    assert_eq!(names(&epochs), ["000001", "000002"]);
-    assert_eq!(w.stats().epochs_deleted, 0);
-    // Epoch 3 closes a segment (1,364 records of 48 bytes fill 64 KiB):
-    // closed 64 KiB + sealed 128 KiB is beyond, so epoch 1 goes.
-    fill(&mut w, 1500);
     assert_eq!(w.stats().epochs_deleted, 1);
     assert_eq!(names(&epochs), ["000001.removed", "000002"]);
     assert!(names(&epochs.join("000001.removed")).is_empty());
-    // Sealing epoch 3 (two segments) puts 192 KiB in sealed epochs: epoch
-    // 2 goes; the new one is 000003, not a deleted one's number.
+    // Epoch 3 closes a segment: 65,536 + 72,128 bytes, the second goes.
+    fill(&mut w);
+    assert_eq!(w.stats().epochs_deleted, 2);
+    assert_eq!(names(&epochs), ["000002.removed"]);
+    // The next one sealed is 000003, not a deleted one's number.
     let sealed = w.new_epoch(4).unwrap().unwrap();
     assert_eq!(sealed, epochs.join("000003"));
     assert_eq!(w.stats().epochs_deleted, 2);
     assert_eq!(names(&epochs), ["000002.removed", "000003"]);
     assert_eq!(read(&sealed, 0), (1..=1500).collect::<Vec<_>>());
+    let bytes: u64 = segments(&sealed)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(bytes, 72_128);
     drop(w);
     std::fs::remove_dir_all(&d).unwrap();
 }

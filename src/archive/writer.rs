@@ -661,6 +661,11 @@ impl ArchiveWriter {
         }
         self.flush()?;
         if let Some(a) = &self.active {
+            // Cut to its used size as a closed segment is: a sealed epoch
+            // never grows, and retention counts what it really takes.
+            a.file
+                .set_len(a.end)
+                .map_err(ArchiveError::io("truncate", &a.path))?;
             a.file
                 .sync_all()
                 .map_err(ArchiveError::io("fsync", &a.path))?;
