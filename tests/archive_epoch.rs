@@ -207,6 +207,69 @@ fn udp_late_joiner_against_an_archive_of_an_older_epoch_gets_the_live_epoch() {
     late_joiner_against_an_older_epoch_gets_the_live_epoch("udp");
 }
 
+/// On UDP the live epoch is known only once a datagram arrives. With no
+/// publisher running, the late joiner waits for it (the stream's
+/// `heartbeat_timeout`), then replays the archive's epoch A; when a new publisher
+/// (epoch B) starts, it reports the restart before B's messages, as a
+/// live subscriber would: A 1..=100, `PublisherRestarted` with B's epoch,
+/// B 1..=40; never the two merged.
+#[test]
+fn udp_late_joiner_that_learns_another_live_epoch_after_replaying_reports_the_restart() {
+    let d = dir("learnt-late");
+    let bus = bus("udp", &d);
+    let mut p = bus.publisher("md").unwrap();
+    let rec = Recorder::start(&bus, "md").unwrap();
+    for s in 1..=100u64 {
+        p.publish(&payload(1, s)).unwrap();
+    }
+    serve_until(&mut p, "epoch A recorded", || rec.stats().last_seq >= 100);
+    drop(rec);
+    drop(p);
+
+    let mut sub = mdbus::archive::subscribe_from(&bus, "md", 1).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let mut p: Option<Publisher> = None;
+    let mut restarted_epoch = None;
+    let start = Instant::now();
+    while seen.len() < 141 {
+        assert!(start.elapsed().as_secs() < 60, "watchdog: {seen:?}");
+        if seen.len() == 100 && p.is_none() {
+            let mut b = bus.publisher("md").unwrap();
+            for s in 1..=40u64 {
+                b.publish(&payload(2, s)).unwrap();
+            }
+            p = Some(b);
+        }
+        if let Some(p) = &mut p {
+            p.service().unwrap();
+        }
+        sub.poll(|e| match e {
+            Event::Message(m) => {
+                let tag = if restarted_epoch.is_some() { 2 } else { 1 };
+                assert_eq!(m.payload(), payload(tag, m.seq()), "seq {}", m.seq());
+                seen.push(format!("{tag}:{}", m.seq()));
+            }
+            Event::PublisherRestarted { epoch } => {
+                restarted_epoch = Some(epoch);
+                seen.push("restarted".into());
+            }
+            other => seen.push(format!("{other:?}")),
+        })
+        .unwrap();
+    }
+    let want: Vec<String> = (1..=100)
+        .map(|s| format!("1:{s}"))
+        .chain(["restarted".to_string()])
+        .chain((1..=40).map(|s| format!("2:{s}")))
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(restarted_epoch, sub.epoch());
+    let st = sub.replay_stats().unwrap();
+    assert_eq!((st.replayed, st.restarts), (100, 1), "{st:?}");
+    drop(p);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 fn cfg(d: &Path) -> ArchiveConfig {
     ArchiveConfig {
         dir: d.to_path_buf(),

@@ -101,7 +101,9 @@ pub struct ReplaySubscriber {
     /// Until when the first replay waits for a datagram subscription to
     /// learn the live epoch (see `replay_step`).
     epoch_wait: Option<Instant>,
-    /// How long: two heartbeat intervals (one always carries it).
+    /// How long: the stream's `heartbeat_timeout`, after which a silent
+    /// publisher is taken for down anyway (a live one sends a heartbeat
+    /// every `heartbeat_interval`).
     epoch_wait_for: Duration,
     stats: ReplayStats,
 }
@@ -143,7 +145,7 @@ pub fn subscribe_from(bus: &Bus, name: &str, from: u64) -> crate::Result<Subscri
         replay_epoch: 0,
         source_epoch: 0,
         epoch_wait: None,
-        epoch_wait_for: cfg.heartbeat_interval * 2,
+        epoch_wait_for: cfg.heartbeat_timeout,
         stats: ReplayStats::default(),
     };
     Ok(bus.wrap_subscriber(SubscriberImpl::Replay(Box::new(r)), name, cfg.poll_batch))
