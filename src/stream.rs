@@ -107,6 +107,16 @@ impl SubscriberImpl {
         }
     }
 
+    /// The publisher epoch followed, once known.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        match self {
+            SubscriberImpl::Shm(t) => Some(t.epoch()),
+            SubscriberImpl::Udp(t) => t.epoch(),
+            SubscriberImpl::Ud(t) => t.epoch(),
+            SubscriberImpl::Replay(t) => t.live_epoch(),
+        }
+    }
+
     /// The transport's loss-recovery counters; none on shared memory.
     pub(crate) fn recovery_counters(&self) -> Option<crate::recovery::Counters> {
         match self {
@@ -536,6 +546,14 @@ impl Subscriber {
     /// Counters so far.
     pub fn stats(&self) -> SubscriberStats {
         self.stats
+    }
+
+    /// The epoch of the publisher incarnation this subscriber follows:
+    /// shared memory knows it from the stream's segment at once, UDP and
+    /// verbs once a datagram of the publisher arrived (`None` before);
+    /// a `late_join = "archive"` subscriber's is its live stream's.
+    pub fn epoch(&self) -> Option<u64> {
+        self.inner.epoch()
     }
 
     /// The loss-recovery counters of a datagram transport (duplicates

@@ -2,8 +2,9 @@
 //! sequence indexes.
 //!
 //! A segment `DIR/<base_seq:020>.seg` starts with a 64-byte header (magic,
-//! version, base sequence, creation time, preallocated size, CRC32C of the
-//! header), then records, each 8-byte aligned:
+//! version, base sequence, creation time, preallocated size, the
+//! publisher's epoch (version 2; 0: not known), CRC32C of the header), then
+//! records, each 8-byte aligned:
 //!
 //! | bytes | field |
 //! | --- | --- |
@@ -24,8 +25,11 @@ use std::path::{Path, PathBuf};
 
 /// First bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"MDBARC01";
-/// Format version in the segment header.
-pub const VERSION: u32 = 1;
+/// Format version in the segment header: 2 added the publisher's epoch
+/// (bytes 40..48, zero in version 1).
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads (its segments' epoch is unknown).
+pub const OLDEST_VERSION: u32 = 1;
 /// Size of the segment header.
 pub const SEGMENT_HEADER: usize = 64;
 /// Size of a record's header.
@@ -75,6 +79,9 @@ pub struct SegmentHeader {
     pub created_ns: u64,
     /// Size it was preallocated to.
     pub capacity: u64,
+    /// The epoch of the publisher whose sequences it holds; 0: not known
+    /// (a version-1 segment, or a writer not told the epoch).
+    pub epoch: u64,
 }
 
 impl SegmentHeader {
@@ -87,6 +94,7 @@ impl SegmentHeader {
         b[16..24].copy_from_slice(&self.base_seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.created_ns.to_le_bytes());
         b[32..40].copy_from_slice(&self.capacity.to_le_bytes());
+        b[40..48].copy_from_slice(&self.epoch.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -107,15 +115,28 @@ impl SegmentHeader {
             return Err("its header fails its CRC32C".into());
         }
         let version = le32(&b[8..12]);
-        if version != VERSION || le32(&b[12..16]) as usize != SEGMENT_HEADER {
+        if !(OLDEST_VERSION..=VERSION).contains(&version)
+            || le32(&b[12..16]) as usize != SEGMENT_HEADER
+        {
             return Err(format!(
-                "format version {version} (this build reads {VERSION})"
+                "format version {version} (this build reads {OLDEST_VERSION} to {VERSION})"
             ));
+        }
+        let epoch = le64(&b[40..48]);
+        if version == 1 && epoch != 0 {
+            // Version 1 wrote zeros there: a value is not one of ours.
+            return Err(format!(
+                "a version-1 header carries epoch {epoch} where that version has zeros"
+            ));
+        }
+        if b[48..60].iter().any(|&x| x != 0) {
+            return Err("its header's reserved bytes 48..60 are not zero".into());
         }
         Ok(SegmentHeader {
             base_seq: le64(&b[16..24]),
             created_ns: le64(&b[24..32]),
             capacity: le64(&b[32..40]),
+            epoch,
         })
     }
 }
@@ -287,6 +308,7 @@ mod tests {
             base_seq: 5,
             created_ns: 6,
             capacity: 1 << 20,
+            epoch: 77,
         };
         let b = h.encode();
         assert_eq!(SegmentHeader::decode(&b), Ok(h));
@@ -297,6 +319,24 @@ mod tests {
             Err("its header fails its CRC32C".into())
         );
         assert!(SegmentHeader::decode(&b[..10]).is_err());
+        // A version-1 header (no epoch) still reads, as epoch unknown; one
+        // claiming an epoch, or a version from the future, does not.
+        let v1 = |epoch: u64, version: u32| {
+            let mut c = SegmentHeader { epoch, ..h }.encode();
+            c[8..12].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32c::crc32c(&c[..60]);
+            c[60..64].copy_from_slice(&crc.to_le_bytes());
+            SegmentHeader::decode(&c)
+        };
+        assert_eq!(v1(0, 1), Ok(SegmentHeader { epoch: 0, ..h }));
+        assert_eq!(
+            v1(77, 1),
+            Err("a version-1 header carries epoch 77 where that version has zeros".into())
+        );
+        assert_eq!(
+            v1(77, 3),
+            Err("format version 3 (this build reads 1 to 2)".into())
+        );
         assert_eq!(parse_segment_name("00000000000000000005.seg"), Some(5));
         assert_eq!(parse_segment_name("5.seg"), None);
         assert_eq!(parse_segment_name("0000000000000000000x.seg"), None);

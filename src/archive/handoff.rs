@@ -17,6 +17,7 @@ const OVERRUN: u32 = 3;
 const GAP: u32 = 4;
 const RESTARTED: u32 = 5;
 const SYNC: u32 = 6;
+const EPOCH: u32 = 7;
 
 /// What the receiving thread hands to the writing thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,9 @@ pub(super) enum Item<'a> {
     Restarted { epoch: u64 },
     /// The publisher ended the stream or went silent: make it durable.
     Sync,
+    /// The live stream's publisher epoch, as the subscriber learnt it,
+    /// before the first message of that epoch.
+    Epoch { epoch: u64 },
 }
 
 impl Item<'_> {
@@ -118,6 +122,7 @@ impl Tx {
             Item::Gap { from, to } => (GAP, 0, from, to, 0, &[]),
             Item::Restarted { epoch } => (RESTARTED, 0, epoch, 0, 0, &[]),
             Item::Sync => (SYNC, 0, 0, 0, 0, &[]),
+            Item::Epoch { epoch } => (EPOCH, 0, epoch, 0, 0, &[]),
         };
         let mut head = [0u8; HEADER];
         head[0..4].copy_from_slice(&kind.to_ne_bytes());
@@ -211,6 +216,7 @@ impl Rx {
             OVERRUN => Item::Overrun { from: a, to: b },
             GAP => Item::Gap { from: a, to: b },
             RESTARTED => Item::Restarted { epoch: a },
+            EPOCH => Item::Epoch { epoch: a },
             _ => Item::Sync,
         };
         let r = f(item);
@@ -244,6 +250,7 @@ mod tests {
             Item::Gap { from, to } => (Item::Gap { from, to }, vec![]),
             Item::Restarted { epoch } => (Item::Restarted { epoch }, vec![]),
             Item::Sync => (Item::Sync, vec![]),
+            Item::Epoch { epoch } => (Item::Epoch { epoch }, vec![]),
         }
     }
 
@@ -257,12 +264,13 @@ mod tests {
         // every offset.
         for i in 0..300u64 {
             let payload: Vec<u8> = (0..(i % 41) as u8).map(|b| b ^ i as u8).collect();
-            let item = match i % 7 {
+            let item = match i % 8 {
                 0 => Item::SourceGap { from: i, to: i + 3 },
                 1 => Item::Overrun { from: i, to: i + 2 },
                 2 => Item::Gap { from: i, to: i + 9 },
                 3 => Item::Restarted { epoch: i },
                 4 => Item::Sync,
+                5 => Item::Epoch { epoch: i },
                 _ => Item::Message {
                     seq: i,
                     flags: i as u32 * 3,

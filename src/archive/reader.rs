@@ -67,6 +67,8 @@ pub struct ArchiveReader {
     buf_len: usize,
     /// Next sequence to deliver.
     want: u64,
+    /// The publisher epoch of the segments opened so far (0: not known).
+    epoch: u64,
     stats: ReaderStats,
 }
 
@@ -90,6 +92,7 @@ impl ArchiveReader {
             buf_at: 0,
             buf_len: 0,
             want,
+            epoch: 0,
             stats: ReaderStats::default(),
         })
     }
@@ -113,6 +116,18 @@ impl ArchiveReader {
     /// Sequence the next item starts at.
     pub fn position(&self) -> u64 {
         self.want
+    }
+
+    /// The publisher epoch of the records the next item comes from (the
+    /// segment holding [`position`](Self::position) is opened for it):
+    /// `None` while the archive is empty or when its segments do not
+    /// record it (format version 1). Every segment read is checked
+    /// against it: two epochs in one directory are an error.
+    pub fn epoch(&mut self) -> Result<Option<u64>, ArchiveError> {
+        if self.seg.is_none() && !self.locate()? {
+            return Ok(None);
+        }
+        Ok((self.epoch != 0).then_some(self.epoch))
     }
 
     /// Positions the reader so that the next item starts at `seq` (a Gap
@@ -148,7 +163,7 @@ impl ArchiveReader {
         Ok(true)
     }
 
-    fn open_segment(&self, base: u64) -> Result<Seg, ArchiveError> {
+    fn open_segment(&mut self, base: u64) -> Result<Seg, ArchiveError> {
         let path = format::segment_path(&self.dir, base);
         let file = File::open(&path).map_err(ArchiveError::io("open", &path))?;
         let mut head = [0u8; format::SEGMENT_HEADER];
@@ -168,6 +183,21 @@ impl ArchiveReader {
                     h.base_seq
                 ),
             });
+        }
+        if h.epoch != 0 {
+            if self.epoch != 0 && h.epoch != self.epoch {
+                return Err(ArchiveError::Corrupt {
+                    path,
+                    offset: 40,
+                    reason: format!(
+                        "its header says publisher epoch {}, the segments read before it {}: \
+                         one archive holds one epoch (a forged header, or the archive was \
+                         sealed and a new epoch begun while it was read)",
+                        h.epoch, self.epoch
+                    ),
+                });
+            }
+            self.epoch = h.epoch;
         }
         Ok(Seg {
             file,

@@ -93,6 +93,18 @@ pub struct ReplaySubscriber {
     /// behind: the end is delivered once the archive has delivered up to
     /// it.
     end_at: Option<u64>,
+    /// The publisher epoch of the archived records delivered so far (0:
+    /// none delivered, or not known).
+    replay_epoch: u64,
+    /// The publisher epoch of the archive's next records (0: not known).
+    source_epoch: u64,
+    /// Until when the first replay waits for a datagram subscription to
+    /// learn the live epoch (see `replay_step`).
+    epoch_wait: Option<Instant>,
+    /// How long: the stream's `heartbeat_timeout`, after which a silent
+    /// publisher is taken for down anyway (a live one sends a heartbeat
+    /// every `heartbeat_interval`).
+    epoch_wait_for: Duration,
     stats: ReplayStats,
 }
 
@@ -130,6 +142,10 @@ pub fn subscribe_from(bus: &Bus, name: &str, from: u64) -> crate::Result<Subscri
         stall_timeout: cfg.heartbeat_timeout,
         stalled_since: None,
         end_at: None,
+        replay_epoch: 0,
+        source_epoch: 0,
+        epoch_wait: None,
+        epoch_wait_for: cfg.heartbeat_timeout,
         stats: ReplayStats::default(),
     };
     Ok(bus.wrap_subscriber(SubscriberImpl::Replay(Box::new(r)), name, cfg.poll_batch))
@@ -147,6 +163,37 @@ impl ReplaySubscriber {
     /// The live subscription, once the replay has merged into it.
     pub(crate) fn live_mut(&mut self) -> Option<&mut SubscriberImpl> {
         (self.phase == Phase::Live).then_some(&mut self.live)
+    }
+
+    /// The live stream's publisher epoch, once known.
+    pub(crate) fn live_epoch(&self) -> Option<u64> {
+        self.live.epoch()
+    }
+
+    /// Whether the archive's next records are another publisher epoch's
+    /// than the live stream's (both known): then the archive holds
+    /// nothing of this stream. Having delivered some of them already
+    /// (the live epoch was learnt late), the restart is reported as a
+    /// live subscriber sees it, and delivery begins again at 1.
+    fn other_epoch<F: FnMut(Event<'_>)>(&mut self, f: &mut F) -> Result<bool, ArchiveError> {
+        let archived = self.reader.epoch()?;
+        self.source_epoch = archived.unwrap_or(0);
+        let Some(live) = self.live.epoch() else {
+            return Ok(false);
+        };
+        if archived.map_or(true, |a| a == live) {
+            return Ok(false);
+        }
+        if self.replay_epoch != 0 && self.replay_epoch != live {
+            self.replay_epoch = 0;
+            self.stats.restarts += 1;
+            self.pending.clear();
+            self.live_at = 0;
+            self.end_at = None;
+            self.next = 1;
+            f(Event::PublisherRestarted { epoch: live });
+        }
+        Ok(true)
     }
 
     pub(crate) fn live_recovery_counters(&self) -> Option<crate::recovery::Counters> {
@@ -206,10 +253,33 @@ impl ReplaySubscriber {
             self.reader.seek(self.next)?;
         }
         let live_at = self.live_at;
-        let item = self.reader.next_item()?;
+        let other = self.other_epoch(f)?;
+        if !other && self.replay_epoch == 0 && self.source_epoch != 0 && self.live.epoch().is_none()
+        {
+            // Nothing replayed yet and the live epoch not known (a
+            // datagram subscription learns it from its first datagram):
+            // the live stream is tried for a while first, so that an
+            // archive of another epoch is recognised before anything of
+            // it is delivered. A silent publisher only delays the replay.
+            let until = *self
+                .epoch_wait
+                .get_or_insert_with(|| Instant::now() + self.epoch_wait_for);
+            if Instant::now() < until {
+                self.phase = Phase::Joining;
+                self.exhausted = true;
+                return Ok(Some(0));
+            }
+        }
+        let item = match other {
+            // Nothing of this epoch there (yet: a recorder seals the old
+            // one when it hears the new), as an archive that has nothing.
+            true => None,
+            false => self.reader.next_item()?,
+        };
         match item {
             Some(Item::Message(m)) => {
                 self.stalled_since = None;
+                self.replay_epoch = self.source_epoch;
                 self.next = m.seq + 1;
                 self.stats.replayed += 1;
                 f(Event::Message(m));
@@ -223,6 +293,7 @@ impl ReplaySubscriber {
             }
             Some(Item::Gap { from, to }) => {
                 self.stalled_since = None;
+                self.replay_epoch = self.source_epoch;
                 // The part the live stream can deliver is taken from it.
                 let to = if live_at > from && live_at < to {
                     live_at
@@ -246,10 +317,12 @@ impl ReplaySubscriber {
                 if since.elapsed() >= self.stall_timeout {
                     self.stats.stalls += 1;
                     self.stalled_since = None;
-                    f(Event::Gap {
-                        from: self.next,
-                        to: live_at,
-                    });
+                    if live_at > self.next {
+                        f(Event::Gap {
+                            from: self.next,
+                            to: live_at,
+                        });
+                    }
                     self.next = live_at;
                     self.reader.seek(live_at)?;
                     return Ok(Some(0));
@@ -276,6 +349,10 @@ impl ReplaySubscriber {
         let mut skipped = 0u64;
         let mut end = None;
         let mut restarted = false;
+        // A datagram subscription learns its epoch from its first
+        // datagram: until then its messages are kept, not merged, in case
+        // they are another epoch's than the archive's.
+        let hold = !live && self.live.epoch().is_none();
         {
             let mut step = |e: Event<'_>| {
                 heard = true;
@@ -300,7 +377,7 @@ impl ReplaySubscriber {
                     return;
                 }
                 match e {
-                    Event::Message(m) if ahead => pending.push(Pending::of(&m)),
+                    Event::Message(m) if ahead || hold => pending.push(Pending::of(&m)),
                     Event::Message(m) if m.seq < cur => skipped += 1,
                     Event::Message(m) if m.seq == cur => {
                         f(Event::Message(m));
@@ -368,6 +445,50 @@ impl ReplaySubscriber {
             self.reader.pause();
             self.phase = Phase::Live;
             return Ok(Some(delivered));
+        }
+        if hold && !ahead && !pending.is_empty() {
+            if let Some(live_epoch) = self.live.epoch() {
+                if self.replay_epoch != 0 && self.replay_epoch != live_epoch {
+                    // What was replayed is another epoch's: the restart,
+                    // then the live stream as it comes.
+                    self.stats.restarts += 1;
+                    self.replay_epoch = 0;
+                    f(Event::PublisherRestarted { epoch: live_epoch });
+                    let mut at = 1;
+                    for p in pending {
+                        if p.seq > at {
+                            f(Event::Gap {
+                                from: at,
+                                to: p.seq,
+                            });
+                        }
+                        f(Event::Message(Message {
+                            seq: p.seq,
+                            flags: p.flags,
+                            timestamp: p.timestamp,
+                            payload: &p.payload,
+                        }));
+                        delivered += 1;
+                        at = p.seq + 1;
+                    }
+                    self.next = at;
+                    self.end_at = None;
+                    self.live_at = 0;
+                    self.pending.clear();
+                    self.reader.pause();
+                    self.phase = Phase::Live;
+                    return Ok(Some(delivered));
+                }
+            }
+            // The same epoch: merged by the rule, from the archive up to
+            // the first kept message.
+            let before = pending.len();
+            pending.retain(|p| p.seq >= cur);
+            self.stats.live_skipped += (before - pending.len()) as u64;
+            if let Some(p) = pending.first() {
+                live_at = p.seq;
+                ahead = true;
+            }
         }
         if let Some(last_seq) = end {
             self.end_at = Some(last_seq);

@@ -425,7 +425,10 @@ impl Worker {
                 None => {}
             }
             if self.id == 0 {
-                std::thread::sleep(IDLE);
+                // The session's own wait, not a plain sleep: it checks the
+                // peer's liveness before sleeping (an RC session counts
+                // empty polls otherwise, which sleeps would stretch).
+                session.wait_for_data(IDLE)?;
                 continue;
             }
             // A burst, then back to the requester's messages.
@@ -438,7 +441,7 @@ impl Worker {
                         break;
                     }
                     Sent::Idle => {
-                        std::thread::sleep(IDLE);
+                        session.wait_for_data(IDLE)?;
                         break;
                     }
                 }
@@ -775,6 +778,16 @@ impl ReplaySource {
         match self {
             ReplaySource::Local(r) => r.next_item(),
             ReplaySource::Remote(r) => r.next_item(),
+        }
+    }
+
+    /// The publisher epoch of what the next item comes from, when the
+    /// source tells it: the directory's segments do (format version 2); a
+    /// replay service does not carry it (`None`).
+    pub fn epoch(&mut self) -> Result<Option<u64>, ArchiveError> {
+        match self {
+            ReplaySource::Local(r) => r.epoch(),
+            ReplaySource::Remote(_) => Ok(None),
         }
     }
 

@@ -30,8 +30,28 @@ pub struct WriterStats {
     pub segments_created: u64,
     /// Segments deleted by retention.
     pub segments_deleted: u64,
+    /// Sealed epochs (`DIR/epochs/NNNNNN`) deleted by retention.
+    pub epochs_deleted: u64,
     /// Bytes of a torn tail cut when the archive was opened.
     pub torn_bytes_cut: u64,
+    /// Held records dropped once the epoch was confirmed: the archive
+    /// already held them (see [`ArchiveWriter::hold_until_epoch`]).
+    pub already_recorded: u64,
+}
+
+/// A record offered while the live epoch was not yet known.
+#[derive(Debug)]
+enum Held {
+    Record {
+        seq: u64,
+        flags: u32,
+        timestamp: u64,
+        payload: Vec<u8>,
+    },
+    Gap {
+        from: u64,
+        to: u64,
+    },
 }
 
 /// A closed segment.
@@ -74,6 +94,10 @@ pub struct ArchiveWriter {
     last_sync: Instant,
     /// Last sequence made durable by a sync.
     synced: u64,
+    /// The publisher epoch of what `dir` holds (0: not known).
+    epoch: u64,
+    /// Records offered before the live epoch was known, when holding.
+    held: Option<Vec<Held>>,
     stats: WriterStats,
     /// The next segment's file, preallocated ahead of need by
     /// [`prepare_next`](Self::prepare_next) (`SPARE`, deleted as a
@@ -103,6 +127,8 @@ impl ArchiveWriter {
             unsynced: 0,
             last_sync: Instant::now(),
             synced: 0,
+            epoch: 0,
+            held: None,
             stats: WriterStats::default(),
             spare: None,
         };
@@ -132,6 +158,7 @@ impl ArchiveWriter {
             });
         }
         w.first = bases.first().copied().unwrap_or(0);
+        w.retain(now_ns())?;
         Ok(w)
     }
 
@@ -163,6 +190,7 @@ impl ArchiveWriter {
                 return Ok(false);
             }
         };
+        self.epoch = header.epoch;
         let len = file
             .metadata()
             .map_err(ArchiveError::io("stat", &path))?
@@ -245,9 +273,84 @@ impl ArchiveWriter {
     }
 
     /// Sequence the next record must carry (0: the archive is empty and
-    /// takes any).
+    /// takes any, or records are held until the epoch is known).
     pub fn next_seq(&self) -> u64 {
-        self.next
+        match self.held {
+            Some(_) => 0,
+            None => self.next,
+        }
+    }
+
+    /// The publisher epoch whose sequences the archive holds (0: not
+    /// known: a version-1 archive, or none given yet).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The live epoch is not known yet (a datagram subscriber learns it
+    /// from the first datagram): what is appended is held, not written,
+    /// until [`follow_epoch`](Self::follow_epoch) says whose it is, so
+    /// that a new epoch's first messages are neither taken for ones
+    /// already recorded nor appended to the old epoch's archive.
+    pub fn hold_until_epoch(&mut self) {
+        if self.held.is_none() {
+            self.held = Some(Vec::new());
+        }
+    }
+
+    /// The live stream is publisher epoch `epoch`. When the archive holds
+    /// another known epoch, it is sealed as [`new_epoch`](Self::new_epoch)
+    /// does (returned); an archive of unknown epoch (version 1) or an
+    /// empty one takes it. Held records are then written (those the
+    /// archive already holds are dropped and counted,
+    /// `WriterStats::already_recorded`). Cheap when nothing changes.
+    pub fn follow_epoch(&mut self, epoch: u64) -> Result<Option<PathBuf>, ArchiveError> {
+        let held = self.held.take();
+        if epoch == self.epoch && held.is_none() {
+            return Ok(None);
+        }
+        let sealed = if self.epoch != 0 && epoch != 0 && self.epoch != epoch {
+            log::warn!(
+                "archive {}: it holds publisher epoch {}, the live stream is epoch {epoch}: sealing it",
+                self.cfg.dir.display(),
+                self.epoch
+            );
+            self.new_epoch(epoch)?
+        } else {
+            if self.epoch == 0 && epoch != 0 && self.next != 0 {
+                log::warn!(
+                    "archive {}: its epoch is not recorded (format version 1); taken to be the live epoch {epoch}",
+                    self.cfg.dir.display()
+                );
+            }
+            if epoch != 0 {
+                self.epoch = epoch;
+            }
+            None
+        };
+        for h in held.into_iter().flatten() {
+            match h {
+                Held::Record {
+                    seq,
+                    flags,
+                    timestamp,
+                    payload,
+                } => {
+                    if flags & crate::wire::FLAG_SOURCE_GAP != 0 && self.next != 0 {
+                        // A source-gap notice arrives without its sequence
+                        // (the recorder gives it the next one, unknown
+                        // while held): it takes the next one now.
+                        self.append(self.next, flags, timestamp, &payload)?;
+                    } else if seq < self.next {
+                        self.stats.already_recorded += 1;
+                    } else {
+                        self.append(seq, flags, timestamp, &payload)?;
+                    }
+                }
+                Held::Gap { from, to } => self.gap(from, to)?,
+            }
+        }
+        Ok(sealed)
     }
 
     /// First sequence the archive holds (0 when empty).
@@ -274,6 +377,15 @@ impl ArchiveWriter {
         timestamp: u64,
         payload: &[u8],
     ) -> Result<(), ArchiveError> {
+        if let Some(held) = &mut self.held {
+            held.push(Held::Record {
+                seq,
+                flags,
+                timestamp,
+                payload: payload.to_vec(),
+            });
+            return Ok(());
+        }
         if self.next != 0 && seq > self.next {
             self.gap(self.next, seq)?;
         }
@@ -285,6 +397,10 @@ impl ArchiveWriter {
     /// Records that sequences `from..to` were never received.
     pub fn gap(&mut self, from: u64, to: u64) -> Result<(), ArchiveError> {
         if from >= to {
+            return Ok(());
+        }
+        if let Some(held) = &mut self.held {
+            held.push(Held::Gap { from, to });
             return Ok(());
         }
         let (from, to) = if self.next != 0 && from < self.next {
@@ -455,6 +571,7 @@ impl ArchiveWriter {
             base_seq: seq,
             created_ns: now,
             capacity: self.cfg.segment_bytes,
+            epoch: self.epoch,
         };
         file.write_all_at(&header.encode(), 0)
             .map_err(ArchiveError::io("write", &tmp))?;
@@ -484,10 +601,41 @@ impl ArchiveWriter {
         self.retain(now)
     }
 
-    /// Deletes the oldest closed segments past the age or byte limit.
+    /// Deletes the oldest sealed epochs, then the oldest closed segments,
+    /// past the age or byte limit. Sealed epochs are older than anything
+    /// in `DIR`, so they go first, whole; their segments count in the
+    /// byte total, and their age is the time they were sealed.
     fn retain(&mut self, now: u64) -> Result<(), ArchiveError> {
         let age = self.cfg.retention_age.as_nanos() as u64;
-        let mut total: u64 = self.closed.iter().map(|c| c.bytes).sum();
+        if age == 0 && self.cfg.retention_bytes == 0 {
+            return Ok(());
+        }
+        let epochs = self.cfg.dir.join(EPOCHS_DIR);
+        let mut sealed = sealed_sizes(&epochs)?;
+        let mut total: u64 = self.closed.iter().map(|c| c.bytes).sum::<u64>()
+            + sealed.iter().map(|e| e.bytes).sum::<u64>();
+        while let Some(e) = sealed.first() {
+            let too_old = age != 0 && e.sealed_ns != 0 && now.saturating_sub(e.sealed_ns) > age;
+            let too_big = self.cfg.retention_bytes != 0 && total > self.cfg.retention_bytes;
+            if !too_old && !too_big {
+                break;
+            }
+            let e = sealed.remove(0);
+            remove_epoch(&epochs, e.n)?;
+            total -= e.bytes;
+            self.stats.epochs_deleted += 1;
+            log::info!(
+                "archive {}: deleted sealed epoch {:06} ({} bytes of segments) by retention ({})",
+                self.cfg.dir.display(),
+                e.n,
+                e.bytes,
+                if too_big {
+                    "retention_bytes"
+                } else {
+                    "retention_age"
+                }
+            );
+        }
         while let Some(c) = self.closed.first() {
             let too_old = age != 0 && c.ended_ns != 0 && now.saturating_sub(c.ended_ns) > age;
             let too_big = self.cfg.retention_bytes != 0 && total > self.cfg.retention_bytes;
@@ -539,11 +687,23 @@ impl ArchiveWriter {
     /// holds (the previous epoch) is made durable and moved, whole, into
     /// `DIR/epochs/NNNNNN` (an archive of its own, numbered from 1 in
     /// order), and the writer continues with an empty archive in `DIR`.
-    /// Sequence numbers of two epochs never share one archive. Returns the
-    /// sealed directory, `None` when there was nothing to seal.
-    pub fn new_epoch(&mut self) -> Result<Option<PathBuf>, ArchiveError> {
+    /// Sequence numbers of two epochs never share one archive. `epoch`
+    /// (0: not known) is stored in the new segments' headers. Returns the
+    /// sealed directory, `None` when there was nothing to seal. Records
+    /// held for want of the epoch (see
+    /// [`hold_until_epoch`](Self::hold_until_epoch)) came before the
+    /// restart: they are settled first as the archive's own epoch.
+    pub fn new_epoch(&mut self, epoch: u64) -> Result<Option<PathBuf>, ArchiveError> {
+        if self.held.is_some() {
+            self.follow_epoch(self.epoch)?;
+        }
         self.flush()?;
         if let Some(a) = &self.active {
+            // Cut to its used size as a closed segment is: a sealed epoch
+            // never grows, and retention counts what it really takes.
+            a.file
+                .set_len(a.end)
+                .map_err(ArchiveError::io("truncate", &a.path))?;
             a.file
                 .sync_all()
                 .map_err(ArchiveError::io("fsync", &a.path))?;
@@ -552,9 +712,14 @@ impl ArchiveWriter {
         self.active = None;
         self.closed.clear();
         let sealed = seal(&self.cfg.dir)?;
-        let stats = self.stats;
-        *self = ArchiveWriter::open(&self.cfg)?;
+        let fresh = ArchiveWriter::open(&self.cfg)?;
+        // Retention ran on that open: its deletions count too.
+        let mut stats = self.stats;
+        stats.epochs_deleted += fresh.stats.epochs_deleted;
+        stats.segments_deleted += fresh.stats.segments_deleted;
+        *self = fresh;
         self.stats = stats;
+        self.epoch = epoch;
         Ok(sealed)
     }
 }
@@ -588,9 +753,69 @@ fn move_archive_files(dir: &Path, to: &Path) -> Result<(), ArchiveError> {
     Ok(())
 }
 
-/// Numbers of the sealed epochs of `dir` (`partial`: those whose move a
-/// crash interrupted, named `NNNNNN.partial`).
-fn sealed_epochs(epochs: &Path, partial: bool) -> Result<Vec<u32>, ArchiveError> {
+/// A sealed epoch, as retention sees it.
+#[derive(Debug)]
+struct SealedEpoch {
+    n: u32,
+    /// Bytes of its segment files.
+    bytes: u64,
+    /// When it was sealed (its directory's last change), ns since the
+    /// Unix epoch; 0 when unknown.
+    sealed_ns: u64,
+}
+
+/// The sealed epochs in `epochs`, oldest first, with their sizes.
+fn sealed_sizes(epochs: &Path) -> Result<Vec<SealedEpoch>, ArchiveError> {
+    let mut out = Vec::new();
+    for n in sealed_epochs(epochs, "")? {
+        let path = epochs.join(format!("{n:06}"));
+        let meta = std::fs::metadata(&path).map_err(ArchiveError::io("stat", &path))?;
+        let sealed_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut bytes = 0;
+        for base in list_segments(&path)? {
+            let seg = format::segment_path(&path, base);
+            bytes += std::fs::metadata(&seg)
+                .map_err(ArchiveError::io("stat", &seg))?
+                .len();
+        }
+        out.push(SealedEpoch {
+            n,
+            bytes,
+            sealed_ns,
+        });
+    }
+    Ok(out)
+}
+
+/// Deletes sealed epoch `n`: renamed `NNNNNN.removed` first (so a crash
+/// midway never leaves half an epoch under its name), emptied, and kept
+/// as an empty directory so that the next epoch sealed is not given its
+/// number again; older such markers go.
+fn remove_epoch(epochs: &Path, n: u32) -> Result<(), ArchiveError> {
+    let from = epochs.join(format!("{n:06}"));
+    let removed = epochs.join(format!("{n:06}.removed"));
+    std::fs::rename(&from, &removed).map_err(ArchiveError::io("rename", &from))?;
+    for m in sealed_epochs(epochs, ".removed")? {
+        let d = epochs.join(format!("{m:06}.removed"));
+        for e in std::fs::read_dir(&d).map_err(ArchiveError::io("list", &d))? {
+            let e = e.map_err(ArchiveError::io("list", &d))?;
+            remove(&e.path())?;
+        }
+        if m < n {
+            std::fs::remove_dir(&d).map_err(ArchiveError::io("remove", &d))?;
+        }
+    }
+    Ok(())
+}
+
+/// Numbers of the epoch directories of `dir` named `NNNNNN` followed by
+/// `suffix`: "" the sealed ones, ".partial" those whose move a crash
+/// interrupted, ".removed" the marker of the last one retention deleted.
+fn sealed_epochs(epochs: &Path, suffix: &str) -> Result<Vec<u32>, ArchiveError> {
     let mut out = Vec::new();
     if !epochs.exists() {
         return Ok(out);
@@ -599,10 +824,8 @@ fn sealed_epochs(epochs: &Path, partial: bool) -> Result<Vec<u32>, ArchiveError>
         let e = e.map_err(ArchiveError::io("list", epochs))?;
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let digits = match (partial, name.strip_suffix(".partial")) {
-            (true, Some(d)) => d,
-            (false, None) => name,
-            _ => continue,
+        let Some(digits) = name.strip_suffix(suffix) else {
+            continue;
         };
         if digits.len() == 6 && digits.bytes().all(|b| b.is_ascii_digit()) {
             out.extend(digits.parse::<u32>().ok());
@@ -622,9 +845,10 @@ fn seal(dir: &Path) -> Result<Option<PathBuf>, ArchiveError> {
     }
     let epochs = dir.join(EPOCHS_DIR);
     std::fs::create_dir_all(&epochs).map_err(ArchiveError::io("create", &epochs))?;
-    let n = sealed_epochs(&epochs, false)?
+    let n = sealed_epochs(&epochs, "")?
         .into_iter()
-        .chain(sealed_epochs(&epochs, true)?)
+        .chain(sealed_epochs(&epochs, ".partial")?)
+        .chain(sealed_epochs(&epochs, ".removed")?)
         .max()
         .unwrap_or(0)
         + 1;
@@ -650,7 +874,7 @@ fn complete(dir: &Path, partial: &Path) -> Result<PathBuf, ArchiveError> {
 /// still in `dir` belongs to it.
 fn finish_sealing(dir: &Path) -> Result<(), ArchiveError> {
     let epochs = dir.join(EPOCHS_DIR);
-    for n in sealed_epochs(&epochs, true)? {
+    for n in sealed_epochs(&epochs, ".partial")? {
         complete(dir, &epochs.join(format!("{n:06}.partial")))?;
     }
     Ok(())
@@ -658,6 +882,13 @@ fn finish_sealing(dir: &Path) -> Result<(), ArchiveError> {
 
 impl Drop for ArchiveWriter {
     fn drop(&mut self) {
+        if let Some(held) = self.held.as_ref().filter(|h| !h.is_empty()) {
+            log::warn!(
+                "archive {}: {} records not written: the live epoch never became known",
+                self.cfg.dir.display(),
+                held.len()
+            );
+        }
         if let Err(e) = self.flush() {
             log::error!("{e}");
         }

@@ -407,6 +407,11 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
         self.core.counters()
     }
 
+    /// The publisher incarnation followed, once a datagram was heard.
+    pub fn epoch(&self) -> Option<u64> {
+        self.core.epoch()
+    }
+
     /// Blocks until a line's socket is readable, `timeout` passes or the
     /// recovery core has a request or a loss report due; true when a
     /// socket is readable. At once false when the links have no event

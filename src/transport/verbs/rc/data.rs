@@ -18,6 +18,14 @@ use crate::config::SessionMode;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::{SessionEnd, CHECK_EVERY};
+
+/// Empty polls between two reads of the clock for the liveness checks'
+/// time cadence.
+const CLOCK_EVERY: u32 = 64;
+/// Longest time between two liveness checks of a session polled at
+/// least every `CLOCK_EVERY` times in it: far below any keep-alive
+/// timeout, far above a spinning poll's check cadence.
+const CHECK_INTERVAL_NS: u64 = 1_000_000;
 use crate::wire::{Header, HEADER_LEN};
 
 impl RcSession {
@@ -738,7 +746,17 @@ impl RcSession {
             }
         }
         self.idle += 1;
-        if self.idle >= CHECK_EVERY {
+        // Every CHECK_EVERY empty polls, or, for a caller that polls
+        // slowly (sleeping between polls without `wait_for_data`), once
+        // CHECK_INTERVAL has passed: otherwise 4,096 slow polls could
+        // hide a peer's close or death for minutes. The clock is read
+        // once per CLOCK_EVERY empty polls, so a spinning poll pays
+        // nearly nothing for it.
+        if self.idle >= CHECK_EVERY
+            || (self.idle % CLOCK_EVERY == 0
+                && crate::clock::monotonic_ns().saturating_sub(self.last_check)
+                    >= CHECK_INTERVAL_NS)
+        {
             self.idle = 0;
             self.idle_check();
             if let Some(e) = self.ended() {

@@ -190,6 +190,7 @@ impl RcSession {
     /// What the idle cadence does: events, send completions, keep-alive.
     #[cold]
     pub(super) fn idle_check(&mut self) {
+        self.last_check = crate::clock::monotonic_ns();
         self.refresh_events();
         self.reap_sends();
         self.keep_alive();

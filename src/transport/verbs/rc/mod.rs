@@ -122,6 +122,8 @@ pub struct RcSession {
     peer_ctrl: u64,
     peer_rkey: u32,
     idle: u32,
+    /// When the liveness checks last ran (`clock::monotonic_ns`).
+    last_check: u64,
     /// The last sequence whose send the peer's device acknowledged.
     acked: u64,
     /// Per send-queue entry (request index % depth): the last message
