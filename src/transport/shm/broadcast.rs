@@ -179,11 +179,21 @@ pub enum Read {
 }
 
 /// One reader of a broadcast ring.
+///
+/// It reads a slot only once the writer's tail shows the slot published,
+/// and loads the tail only when it has read everything below the value it
+/// last loaded: a reader that keeps up spins on the tail's line (stored
+/// once per message, after the slot) rather than on the line of the slot
+/// being written, which would take that line away from the writer between
+/// its stores and hand it back once per store; a reader that is behind
+/// reads slots without touching the writer's tail at all.
 #[derive(Debug)]
 pub struct Reader {
     ring: RingRef,
     tail: *const AtomicU64,
     next: u64,
+    /// The tail as last loaded: every sequence below it was published.
+    known_tail: u64,
 }
 
 // SAFETY: as for `Writer`: addresses of shared memory that outlives the
@@ -202,6 +212,7 @@ impl Reader {
             ring,
             tail,
             next: start.max(1),
+            known_tail: 0,
         }
     }
 
@@ -244,6 +255,23 @@ impl Reader {
     pub fn read(&mut self, buf: &mut [u8]) -> Read {
         debug_assert!(buf.len() >= self.ring.max_payload());
         let want = self.next;
+        if want >= self.known_tail {
+            // Acquire (in `tail`): pairs with the writer's release store of
+            // the tail, after it published the slots below it.
+            match self.checked_tail() {
+                Ok(t) => self.known_tail = t,
+                Err(value) => {
+                    return Read::Corrupt {
+                        seq: want,
+                        word: "tail",
+                        value,
+                    }
+                }
+            }
+            if want >= self.known_tail {
+                return Read::Empty;
+            }
+        }
         let slot = self.ring.slot(want);
         // Acquire: pairs with the writer's release store of `want`, so the
         // header and payload below are the ones published with it.
