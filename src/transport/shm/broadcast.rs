@@ -179,21 +179,11 @@ pub enum Read {
 }
 
 /// One reader of a broadcast ring.
-///
-/// It reads a slot only once the writer's tail shows the slot published,
-/// and loads the tail only when it has read everything below the value it
-/// last loaded: a reader that keeps up spins on the tail's line (stored
-/// once per message, after the slot) rather than on the line of the slot
-/// being written, which would take that line away from the writer between
-/// its stores and hand it back once per store; a reader that is behind
-/// reads slots without touching the writer's tail at all.
 #[derive(Debug)]
 pub struct Reader {
     ring: RingRef,
     tail: *const AtomicU64,
     next: u64,
-    /// The tail as last loaded: every sequence below it was published.
-    known_tail: u64,
 }
 
 // SAFETY: as for `Writer`: addresses of shared memory that outlives the
@@ -212,7 +202,6 @@ impl Reader {
             ring,
             tail,
             next: start.max(1),
-            known_tail: 0,
         }
     }
 
@@ -250,18 +239,11 @@ impl Reader {
     }
 
     /// Reads the next message into `buf` (at least
-    /// [`RingRef::max_payload`] bytes long). Always inlined: it is the
-    /// body of a subscriber's poll loop, and the check of the tail made
-    /// the compiler call it out of line there.
-    #[inline(always)]
+    /// [`RingRef::max_payload`] bytes long).
+    #[inline]
     pub fn read(&mut self, buf: &mut [u8]) -> Read {
         debug_assert!(buf.len() >= self.ring.max_payload());
         let want = self.next;
-        if want >= self.known_tail {
-            if let Some(nothing) = self.load_tail(want) {
-                return nothing;
-            }
-        }
         let slot = self.ring.slot(want);
         // Acquire: pairs with the writer's release store of `want`, so the
         // header and payload below are the ones published with it.
@@ -306,27 +288,6 @@ impl Reader {
             flags,
             timestamp,
         }
-    }
-
-    /// Loads the writer's tail into `known_tail`; what to return instead
-    /// of reading sequence `want` when that is not below it (or the tail
-    /// is impossible). Out of line: at most once per poll of a reader
-    /// that keeps up, never while it reads what is waiting.
-    #[inline(never)]
-    fn load_tail(&mut self, want: u64) -> Option<Read> {
-        // Acquire (in `tail`): pairs with the writer's release store of
-        // the tail, after it published the slots below it.
-        match self.checked_tail() {
-            Ok(t) => self.known_tail = t,
-            Err(value) => {
-                return Some(Read::Corrupt {
-                    seq: want,
-                    word: "tail",
-                    value,
-                })
-            }
-        }
-        (want >= self.known_tail).then_some(Read::Empty)
     }
 
     #[cold]
@@ -483,47 +444,6 @@ mod tests {
             seen.push(seq);
         }
         assert_eq!(seen, (15..=20).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn a_reader_reads_below_the_tail_it_loaded_and_loads_it_only_there() {
-        let m = mem(8, 4);
-        let r = ring(&m, 8, 4);
-        // SAFETY: `m` outlives writer and reader.
-        let (mut w, mut rd) = unsafe { (Writer::new(r, &m.tail), Reader::new(r, &m.tail, 1)) };
-        for i in 0..3u8 {
-            publish(&mut w, &[i]);
-        }
-        let mut buf = [0u8; 8];
-        let seq = |read: Read| match read {
-            Read::Message { seq, .. } => seq,
-            other => panic!("unexpected {other:?}"),
-        };
-        assert_eq!(seq(rd.read(&mut buf)), 1);
-        // A tail no writer can write, unseen while the reader reads what
-        // the tail it loaded (4) showed published...
-        m.tail.store(BUSY + 1, Ordering::Relaxed);
-        assert_eq!(seq(rd.read(&mut buf)), 2);
-        assert_eq!(seq(rd.read(&mut buf)), 3);
-        // ...and reported, the cursor unmoved, once it has read up to it.
-        assert_eq!(
-            rd.read(&mut buf),
-            Read::Corrupt {
-                seq: 4,
-                word: "tail",
-                value: BUSY + 1
-            }
-        );
-        assert_eq!(rd.position(), 4);
-        // A slot whose sequence is written but that the tail does not show
-        // yet is not read.
-        publish(&mut w, &[3]);
-        m.tail.store(4, Ordering::Relaxed);
-        assert_eq!(rd.read(&mut buf), Read::Empty);
-        m.tail.store(5, Ordering::Relaxed);
-        assert_eq!(seq(rd.read(&mut buf)), 4);
-        assert_eq!(buf[0], 3);
-        assert_eq!(rd.read(&mut buf), Read::Empty);
     }
 
     #[test]
