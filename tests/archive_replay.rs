@@ -175,7 +175,12 @@ fn the_end_of_the_stream_comes_after_the_archived_messages_before_it() {
     let (mut next, mut ended) = (1, None);
     let start = std::time::Instant::now();
     while ended.is_none() {
-        assert!(start.elapsed().as_secs() < 60, "watchdog at {next}");
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "watchdog at {next}: {:?}, recorder {:?}",
+            sub.replay_stats(),
+            recorder.stats()
+        );
         sub.poll(|e| match e {
             Event::Message(m) => {
                 assert!(ended.is_none(), "message {} after the end", m.seq());
