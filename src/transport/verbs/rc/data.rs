@@ -18,6 +18,7 @@ use crate::config::SessionMode;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::transport::{SessionEnd, CHECK_EVERY};
+use crate::wire::{Header, HEADER_LEN};
 
 /// Empty polls between two reads of the clock for the liveness checks'
 /// time cadence.
@@ -26,7 +27,6 @@ const CLOCK_EVERY: u32 = 64;
 /// least every `CLOCK_EVERY` times in it: far below any keep-alive
 /// timeout, far above a spinning poll's check cadence.
 const CHECK_INTERVAL_NS: u64 = 1_000_000;
-use crate::wire::{Header, HEADER_LEN};
 
 impl RcSession {
     #[inline]
