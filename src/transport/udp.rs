@@ -518,11 +518,12 @@ impl DatagramLink for UdpLink {
 mod tests {
     use super::*;
 
-    #[test]
-    fn loopback_multicast_reaches_every_subscriber_and_replies_come_back() {
-        let line = LineAddr {
+    /// A line on group 239.255.42.`last` over the loopback, on a port of
+    /// this process's own.
+    fn loopback_line(last: u8) -> LineAddr {
+        LineAddr {
             group: SocketAddrV4::new(
-                Ipv4Addr::new(239, 255, 42, 7),
+                Ipv4Addr::new(239, 255, 42, last),
                 20_000 + (std::process::id() % 20_000) as u16,
             ),
             interface: Ipv4Addr::LOCALHOST,
@@ -530,7 +531,12 @@ mod tests {
             loopback: true,
             source: None,
             recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
-        };
+        }
+    }
+
+    #[test]
+    fn loopback_multicast_reaches_every_subscriber_and_replies_come_back() {
+        let line = loopback_line(7);
         let mut p = UdpLink::publisher("stream `t`", &line, 1472).unwrap();
         let mut s1 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
         let mut s2 = UdpLink::subscriber("stream `t`", &line, 1472).unwrap();
@@ -572,17 +578,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_takes_every_queued_reply_on_its_unicast_socket() {
-        let line = LineAddr {
-            group: SocketAddrV4::new(
-                Ipv4Addr::new(239, 255, 42, 9),
-                20_000 + (std::process::id() % 20_000) as u16,
-            ),
-            interface: Ipv4Addr::LOCALHOST,
-            ttl: 0,
-            loopback: true,
-            source: None,
-            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
-        };
+        let line = loopback_line(9);
         let mut p = UdpLink::publisher("stream `r`", &line, 1472).unwrap();
         let mut s = UdpLink::subscriber("stream `r`", &line, 1472).unwrap();
         // Five reads' worth of replies: the socket is read once in
@@ -608,17 +604,7 @@ mod tests {
 
     #[test]
     fn queued_datagrams_leave_in_order_when_the_batch_fills_or_flushes() {
-        let line = LineAddr {
-            group: SocketAddrV4::new(
-                Ipv4Addr::new(239, 255, 42, 8),
-                20_000 + (std::process::id() % 20_000) as u16,
-            ),
-            interface: Ipv4Addr::LOCALHOST,
-            ttl: 0,
-            loopback: true,
-            source: None,
-            recv_buffer: crate::config::DEFAULT_RECV_BUFFER,
-        };
+        let line = loopback_line(8);
         let mut p = UdpLink::publisher("stream `b`", &line, 1472).unwrap();
         let mut s = UdpLink::subscriber("stream `b`", &line, 1472).unwrap();
         // One full batch leaves by itself; the rest waits for flush.
