@@ -56,6 +56,17 @@ fn payload(tag: u64, seq: u64) -> [u8; 16] {
     p
 }
 
+/// Epoch A: messages 1..=100 published and recorded by a recorder that
+/// is returned still running.
+fn record_epoch_a(bus: &Bus, p: &mut Publisher) -> Recorder {
+    let rec = Recorder::start(bus, "md").unwrap();
+    for s in 1..=100u64 {
+        p.publish(&payload(1, s)).unwrap();
+    }
+    serve_until(p, "epoch A recorded", || rec.stats().last_seq >= 100);
+    rec
+}
+
 /// Serves the publisher (retransmissions, heartbeats) until `done`.
 fn serve_until(p: &mut Publisher, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -93,11 +104,7 @@ fn recorder_started_after_a_restart_seals_and_follows(transport: &str) {
     let d = dir(&format!("late-rec-{transport}"));
     let bus = bus(transport, &d);
     let mut p = bus.publisher("md").unwrap();
-    let rec = Recorder::start(&bus, "md").unwrap();
-    for s in 1..=100u64 {
-        p.publish(&payload(1, s)).unwrap();
-    }
-    serve_until(&mut p, "epoch A recorded", || rec.stats().last_seq >= 100);
+    let rec = record_epoch_a(&bus, &mut p);
     let st = rec.stop();
     assert_eq!((st.recorded, st.epochs), (100, 0), "{st:?}");
     drop(p);
@@ -150,11 +157,7 @@ fn late_joiner_against_an_older_epoch_gets_the_live_epoch(transport: &str) {
     let d = dir(&format!("late-join-{transport}"));
     let bus = bus(transport, &d);
     let mut p = bus.publisher("md").unwrap();
-    let rec = Recorder::start(&bus, "md").unwrap();
-    for s in 1..=100u64 {
-        p.publish(&payload(1, s)).unwrap();
-    }
-    serve_until(&mut p, "epoch A recorded", || rec.stats().last_seq >= 100);
+    let rec = record_epoch_a(&bus, &mut p);
     drop(rec);
     drop(p);
 
@@ -218,11 +221,7 @@ fn udp_late_joiner_that_learns_another_live_epoch_after_replaying_reports_the_re
     let d = dir("learnt-late");
     let bus = bus("udp", &d);
     let mut p = bus.publisher("md").unwrap();
-    let rec = Recorder::start(&bus, "md").unwrap();
-    for s in 1..=100u64 {
-        p.publish(&payload(1, s)).unwrap();
-    }
-    serve_until(&mut p, "epoch A recorded", || rec.stats().last_seq >= 100);
+    let rec = record_epoch_a(&bus, &mut p);
     drop(rec);
     drop(p);
 
