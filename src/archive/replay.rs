@@ -334,6 +334,17 @@ impl ReplaySubscriber {
 
     /// One poll of the live stream while joining; returns messages
     /// delivered, or None when it had nothing.
+    /// After a publisher restart the archive's range is another epoch's:
+    /// nothing more is merged from it, and the new epoch is taken live.
+    fn go_live_after_restart(&mut self) {
+        self.stats.restarts += 1;
+        self.end_at = None;
+        self.live_at = 0;
+        self.pending.clear();
+        self.reader.pause();
+        self.phase = Phase::Live;
+    }
+
     fn join_step<F: FnMut(Event<'_>)>(
         &mut self,
         max: usize,
@@ -438,12 +449,7 @@ impl ReplaySubscriber {
         let first = self.next;
         self.next = cur;
         if restarted {
-            self.stats.restarts += 1;
-            self.end_at = None;
-            self.live_at = 0;
-            self.pending.clear();
-            self.reader.pause();
-            self.phase = Phase::Live;
+            self.go_live_after_restart();
             return Ok(Some(delivered));
         }
         if hold && !ahead && !pending.is_empty() {
@@ -451,7 +457,6 @@ impl ReplaySubscriber {
                 if self.replay_epoch != 0 && self.replay_epoch != live_epoch {
                     // What was replayed is another epoch's: the restart,
                     // then the live stream as it comes.
-                    self.stats.restarts += 1;
                     self.replay_epoch = 0;
                     f(Event::PublisherRestarted { epoch: live_epoch });
                     let mut at = 1;
@@ -472,11 +477,7 @@ impl ReplaySubscriber {
                         at = p.seq + 1;
                     }
                     self.next = at;
-                    self.end_at = None;
-                    self.live_at = 0;
-                    self.pending.clear();
-                    self.reader.pause();
-                    self.phase = Phase::Live;
+                    self.go_live_after_restart();
                     return Ok(Some(delivered));
                 }
             }
