@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use mdbus::archive::{ArchiveConfig, ArchiveReader, ArchiveWriter, Item, Recorder};
+use mdbus::archive::{ArchiveConfig, ArchiveReader, ArchiveWriter, Item, Recorder, ReplayService};
 use mdbus::{Bus, Config, Event, Publisher};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -38,12 +38,27 @@ fn transport_toml(transport: &str) -> String {
 }
 
 fn bus(transport: &str, archive: &Path) -> Bus {
-    let toml = format!(
+    bus_with(transport, archive, false)
+}
+
+/// With `service`, late joiners replay through a replay service on the
+/// session `rpl` (shm sessions, or TCP on a udp bus).
+fn bus_with(transport: &str, archive: &Path, service: bool) -> Bus {
+    let mut toml = format!(
         "{}max_message = 64\ncapacity = 4096\n[counters]\nenabled = false\n\
          [streams.md.archive]\ndir = \"{}\"\nsegment_bytes = 65536\n",
         transport_toml(transport),
         archive.display()
     );
+    if service {
+        toml.push_str("replay_service = \"rpl\"\n[sessions.rpl]\nmax_message = 8192\n");
+        toml.push_str("connect_timeout = \"1s\"\n");
+        if transport != "shm" {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = 46_000 + (std::process::id() % 1_000) * 16 + n;
+            toml.push_str(&format!("address = \"127.0.0.1:{port}\"\n"));
+        }
+    }
     Bus::new(Config::from_toml_str(&toml, "<test>").unwrap()).unwrap()
 }
 
@@ -153,9 +168,10 @@ fn udp_recorder_started_after_a_publisher_restart_seals_and_follows() {
 /// stream is epoch B (1..=40). A late joiner asking for everything from 1
 /// gets B's messages 1..=40, once, in order, and nothing of A: the
 /// archive of another epoch is not merged into the live stream.
-fn late_joiner_against_an_older_epoch_gets_the_live_epoch(transport: &str) {
-    let d = dir(&format!("late-join-{transport}"));
-    let bus = bus(transport, &d);
+fn late_joiner_against_an_older_epoch_gets_the_live_epoch(transport: &str, via_service: bool) {
+    let d = dir(&format!("late-join-{transport}-{via_service}"));
+    let bus = bus_with(transport, &d, via_service);
+    let service = via_service.then(|| ReplayService::start(&bus, "md").unwrap());
     let mut p = bus.publisher("md").unwrap();
     let rec = record_epoch_a(&bus, &mut p);
     drop(rec);
@@ -196,18 +212,32 @@ fn late_joiner_against_an_older_epoch_gets_the_live_epoch(transport: &str) {
     assert_ne!(sealed_epoch, live_epoch);
     let st = sub.replay_stats().unwrap();
     assert_eq!((st.replayed, st.restarts), (0, 0), "{st:?}");
+    drop(sub);
+    drop(service);
     drop(p);
     std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn shm_late_joiner_against_an_archive_of_an_older_epoch_gets_the_live_epoch() {
-    late_joiner_against_an_older_epoch_gets_the_live_epoch("shm");
+    late_joiner_against_an_older_epoch_gets_the_live_epoch("shm", false);
 }
 
 #[test]
 fn udp_late_joiner_against_an_archive_of_an_older_epoch_gets_the_live_epoch() {
-    late_joiner_against_an_older_epoch_gets_the_live_epoch("udp");
+    late_joiner_against_an_older_epoch_gets_the_live_epoch("udp", false);
+}
+
+/// The same through a replay service, which says the archive's epoch
+/// before its first record.
+#[test]
+fn shm_late_joiner_through_the_service_against_an_older_epoch_gets_the_live_epoch() {
+    late_joiner_against_an_older_epoch_gets_the_live_epoch("shm", true);
+}
+
+#[test]
+fn udp_late_joiner_through_the_service_against_an_older_epoch_gets_the_live_epoch() {
+    late_joiner_against_an_older_epoch_gets_the_live_epoch("udp", true);
 }
 
 /// On UDP the live epoch is known only once a datagram arrives. With no

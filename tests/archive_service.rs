@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mdbus::archive::{Item, Recorder, RemoteSource, ReplayService};
+use mdbus::archive::{ArchiveReader, Item, Recorder, RemoteSource, ReplayService};
 use mdbus::{Bus, Config};
 
 mod archive_support;
@@ -246,7 +246,10 @@ fn two_requesters_at_once_hostile_requests_and_the_requester_limit() {
     unknown[4] = 1;
     unknown[8] = 1;
     let e = hostile(&bus, &unknown);
-    assert!(e.contains("unknown request kind 9 version 1"), "{e}");
+    assert!(
+        e.contains("unknown request kind 9 version 1: this service knows kind 1 versions 1 to 2"),
+        "{e}"
+    );
     wait_active(&service, 0);
     let mut zero = unknown;
     zero[0] = 1;
@@ -492,6 +495,18 @@ fn a_requester_rejects_what_a_hostile_service_sends() {
     );
     let e = hostile_service(|id| items(id, &[(2, 0, 4, 9, b"")]));
     assert!(e.contains("a gap 4..9 (0 bytes) when 1 was next"), "{e}");
+    let e = hostile_service(|id| items(id, &[(3, 0, 0, 0, b"")]));
+    assert!(
+        e.contains(
+            "an epoch entry of 0 bytes naming epoch 0: an epoch is nonzero and has no payload"
+        ),
+        "{e}"
+    );
+    let e = hostile_service(|id| items(id, &[(3, 3, 7, 0, b"abc")]));
+    assert!(
+        e.contains("an epoch entry of 3 bytes naming epoch 7"),
+        "{e}"
+    );
     let e = hostile_service(|id| items(id, &[(7, 0, 1, 2, b"")]));
     assert!(e.contains("an entry of unknown kind 7"), "{e}");
     let e = hostile_service(|id| {
@@ -500,6 +515,57 @@ fn a_requester_rejects_what_a_hostile_service_sends() {
         m
     });
     assert!(e.contains("a 8-byte message of kind 9"), "{e}");
+}
+
+/// The kind and first field (`a`) of the first entry of the answer to a
+/// request sent as raw bytes.
+fn first_entry(bus: &Bus, request: &[u8]) -> (u8, u64) {
+    let mut s = bus.session_connect(SERVICE).unwrap();
+    s.send(request).unwrap();
+    let mut reply = Vec::new();
+    let start = std::time::Instant::now();
+    while reply.is_empty() {
+        assert!(start.elapsed().as_secs() < 60, "watchdog: no reply");
+        s.poll(|m| reply = m.payload().to_vec()).unwrap();
+    }
+    assert_eq!(reply[0], 1, "items: {reply:?}");
+    let a = u64::from_le_bytes(reply[16..24].try_into().unwrap());
+    (reply[8], a)
+}
+
+/// A version-2 request gets the archive's publisher epoch before the
+/// first record, a version-1 request the records alone; a requester
+/// knows the epoch once the service has said it.
+#[test]
+fn the_service_says_the_archives_epoch_before_the_first_record() {
+    let d = dir("epoch");
+    let bus = bus(shm_toml(), &d, "", false);
+    let recorder = recorded(&bus, 10);
+    let service = ReplayService::start(&bus, "md").unwrap();
+    let epoch = ArchiveReader::open(&d).unwrap().epoch().unwrap();
+    let epoch = epoch.expect("the recorder stores the publisher's epoch");
+    let request = |version: u8| {
+        let mut m = [0u8; 16];
+        (m[0], m[1], m[4], m[8]) = (1, version, 1, 1);
+        m
+    };
+    assert_eq!(first_entry(&bus, &request(2)), (3, epoch));
+    wait_active(&service, 0);
+    assert_eq!(first_entry(&bus, &request(1)), (1, 1), "a record first");
+    wait_active(&service, 0);
+    let e = hostile(&bus, &request(3));
+    assert!(e.contains("unknown request kind 1 version 3"), "{e}");
+    wait_active(&service, 0);
+
+    let mut src = RemoteSource::connect(&bus, SERVICE).unwrap();
+    src.seek(1).unwrap();
+    assert_eq!(src.epoch(), None, "not said yet");
+    assert_eq!(read_all(&mut src, 10), 10);
+    assert_eq!(src.epoch(), Some(epoch));
+    drop(src);
+    drop(service);
+    drop(recorder);
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]

@@ -10,14 +10,19 @@
 //! with an error naming the limit.
 //!
 //! The protocol (little-endian, one session message each):
-//! - request, requester to service: `[1, 1, 0, 0, id: u32, from: u64]`
-//!   (16 bytes): everything from sequence `from`, tagged `id`; a new
-//!   request replaces the previous one.
+//! - request, requester to service: `[1, version, 0, 0, id: u32, from:
+//!   u64]` (16 bytes): everything from sequence `from`, tagged `id`; a
+//!   new request replaces the previous one. Version 2 asks for the
+//!   archive's publisher epoch too; a version-1 request is still served,
+//!   without it.
 //! - items: `[1, 0, 0, 0, id: u32]` then as many entries as fit the
 //!   session's `max_message`, each a 32-byte header `[kind: u8, 0, 0, 0,
 //!   len: u32, a: u64, b: u64, flags: u32, 0: u32]` and `len` payload
 //!   bytes: kind 1 a record (`a` its sequence, `b` its timestamp), kind 2
-//!   a gap (`a..b` is not in the archive, `len` 0). Packing many records
+//!   a gap (`a..b` is not in the archive, `len` 0), kind 3 the publisher
+//!   epoch of the records that follow (`a`, nonzero; `len` 0), sent alone
+//!   in a message before the first record of a version-2 request once
+//!   the archive knows it. Packing many records
 //!   in one message makes a session that sends each message at once
 //!   (tcp) carry a replay at full speed.
 //! - error: `[3, 0, 0, 0, id: u32, reason: UTF-8]`; the service then
@@ -36,12 +41,16 @@ use crate::message::Message;
 use crate::{Bus, Error, Session};
 
 const KIND_REQUEST: u8 = 1;
-const VERSION: u8 = 1;
+/// The request version a requester sends: 2, which also asks for the
+/// archive's epoch. Version 1 (no epoch) is still served.
+const VERSION: u8 = 2;
+const VERSION_EPOCH: u8 = 2;
 const REQUEST_LEN: usize = 16;
 const KIND_ITEMS: u8 = 1;
 const KIND_ERROR: u8 = 3;
 const ENTRY_RECORD: u8 = 1;
 const ENTRY_GAP: u8 = 2;
+const ENTRY_EPOCH: u8 = 3;
 /// Bytes of an items message before its entries.
 const ITEMS_HEADER: usize = 8;
 /// Bytes of an entry before its payload.
@@ -335,11 +344,13 @@ struct Worker {
     reader: Option<ArchiveReader>,
     /// The request being served (0: none).
     id: u32,
+    /// The archive's epoch was sent for this request (or is not asked for).
+    epoch_sent: bool,
     bucket: TokenBucket,
 }
 
 enum Request {
-    From { id: u32, from: u64 },
+    From { id: u32, from: u64, version: u8 },
     Bad { id: u32, reason: String },
 }
 
@@ -357,11 +368,11 @@ fn parse_request(b: &[u8]) -> Request {
             ),
         };
     }
-    if b[0] != KIND_REQUEST || b[1] != VERSION {
+    if b[0] != KIND_REQUEST || !(1..=VERSION).contains(&b[1]) {
         return Request::Bad {
             id,
             reason: format!(
-                "unknown request kind {} version {}: this service knows kind {KIND_REQUEST} version {VERSION}",
+                "unknown request kind {} version {}: this service knows kind {KIND_REQUEST} versions 1 to {VERSION}",
                 b[0], b[1]
             ),
         };
@@ -373,7 +384,11 @@ fn parse_request(b: &[u8]) -> Request {
             reason: "sequence numbers and request ids start at 1, this request has 0".into(),
         };
     }
-    Request::From { id, from }
+    Request::From {
+        id,
+        from,
+        version: b[1],
+    }
 }
 
 impl Worker {
@@ -384,6 +399,7 @@ impl Worker {
             shared,
             reader: None,
             id: 0,
+            epoch_sent: false,
             bucket,
         }
     }
@@ -407,7 +423,7 @@ impl Worker {
                     send_error(session, id, &reason)?;
                     return Ok(());
                 }
-                Some(Request::From { id, from }) => {
+                Some(Request::From { id, from, version }) => {
                     if self.reader.is_none() {
                         match ArchiveReader::open(&self.s.dir) {
                             Ok(r) => self.reader = Some(r),
@@ -420,6 +436,7 @@ impl Worker {
                     let r = self.reader.as_mut().expect("opened above");
                     r.seek(from)?;
                     self.id = id;
+                    self.epoch_sent = version < VERSION_EPOCH;
                     self.shared.requests.fetch_add(1, Ordering::Relaxed);
                 }
                 None => {}
@@ -453,10 +470,30 @@ impl Worker {
     /// Sends one message of as many items as fit, the rate limit allows
     /// and the archive has now.
     fn send_items(&mut self, session: &mut Session, max: usize) -> crate::Result<Sent> {
+        let reader = self.reader.as_mut().expect("a request opened it");
+        if !self.epoch_sent {
+            // Before the first record: whose sequences they are. An
+            // archive that does not know yet (empty, or format version 1)
+            // is asked again before the next message.
+            if let Some(epoch) = reader.epoch()? {
+                let Some(mut c) = session.try_claim(ITEMS_HEADER + ENTRY_HEADER)? else {
+                    return Ok(Sent::Idle);
+                };
+                c[..4].copy_from_slice(&[KIND_ITEMS, 0, 0, 0]);
+                c[4..8].copy_from_slice(&self.id.to_le_bytes());
+                let e = &mut c[ITEMS_HEADER..ITEMS_HEADER + ENTRY_HEADER];
+                e.fill(0);
+                e[0] = ENTRY_EPOCH;
+                e[8..16].copy_from_slice(&epoch.to_le_bytes());
+                c.truncate(ITEMS_HEADER + ENTRY_HEADER);
+                c.commit()?;
+                self.epoch_sent = true;
+                return Ok(Sent::Full);
+            }
+        }
         let Some(mut c) = session.try_claim(max)? else {
             return Ok(Sent::Idle);
         };
-        let reader = self.reader.as_mut().expect("a request opened it");
         c[..4].copy_from_slice(&[KIND_ITEMS, 0, 0, 0]);
         c[4..8].copy_from_slice(&self.id.to_le_bytes());
         let mut at = ITEMS_HEADER;
@@ -556,6 +593,9 @@ pub struct RemoteSource {
     cur: Vec<u8>,
     /// Where the next entry of `cur` starts.
     at: usize,
+    /// The archive's publisher epoch, as the service said for the
+    /// request being answered.
+    epoch: Option<u64>,
     stats: ReaderStats,
 }
 
@@ -574,6 +614,7 @@ impl RemoteSource {
             free: Vec::new(),
             cur: Vec::new(),
             at: 0,
+            epoch: None,
             stats: ReaderStats::default(),
         })
     }
@@ -620,6 +661,13 @@ impl RemoteSource {
         self.want
     }
 
+    /// The publisher epoch of the archive's records, once the service has
+    /// said it for the request being answered (`None` before, or from a
+    /// service whose archive does not record it).
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
     fn remote(&self, reason: String) -> ArchiveError {
         ArchiveError::Remote {
             service: self.service.clone(),
@@ -632,6 +680,7 @@ impl RemoteSource {
     pub fn seek(&mut self, seq: u64) -> Result<(), ArchiveError> {
         self.want = seq.max(1);
         self.id = self.id.wrapping_add(1).max(1);
+        self.epoch = None;
         let mut m = [0u8; REQUEST_LEN];
         m[0] = KIND_REQUEST;
         m[1] = VERSION;
@@ -651,7 +700,10 @@ impl RemoteSource {
         Ok(())
     }
 
-    /// The next item received, or None when none has arrived yet.
+    /// The next item received, or None when none has arrived yet. An
+    /// epoch the service announces is taken (see [`epoch`](Self::epoch))
+    /// and answered with None, so that the caller looks at it before the
+    /// records that follow it.
     pub fn next_item(&mut self) -> Result<Option<Item<'_>>, ArchiveError> {
         loop {
             if self.at < self.cur.len() {
@@ -750,6 +802,14 @@ impl RemoteSource {
                 "a gap {a}..{bb} ({len} bytes) when {} was next",
                 self.want
             ))),
+            ENTRY_EPOCH if len == 0 && a != 0 => {
+                self.epoch = Some(a);
+                self.at = end;
+                Ok(None)
+            }
+            ENTRY_EPOCH => Err(self.remote(format!(
+                "an epoch entry of {len} bytes naming epoch {a}: an epoch is nonzero and has no payload"
+            ))),
             k => Err(self.remote(format!("an entry of unknown kind {k}"))),
         }
     }
@@ -782,12 +842,12 @@ impl ReplaySource {
     }
 
     /// The publisher epoch of what the next item comes from, when the
-    /// source tells it: the directory's segments do (format version 2); a
-    /// replay service does not carry it (`None`).
+    /// source tells it: the directory's segments do (format version 2), a
+    /// replay service says it before its first record.
     pub fn epoch(&mut self) -> Result<Option<u64>, ArchiveError> {
         match self {
             ReplaySource::Local(r) => r.epoch(),
-            ReplaySource::Remote(_) => Ok(None),
+            ReplaySource::Remote(r) => Ok(r.epoch()),
         }
     }
 
