@@ -51,6 +51,7 @@ fn block_at_once(max_block: Duration) -> Adaptive {
     Adaptive::new(AdaptiveConfig {
         spin_polls: 1,
         quiet: Duration::ZERO,
+        quiet_max: Duration::ZERO,
         max_block,
     })
 }
@@ -202,6 +203,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         ("adaptive_spin_polls = 0", "threads.adaptive_spin_polls"),
         ("adaptive_max_block = \"2s\"", "threads.adaptive_max_block"),
         ("adaptive_quiet = \"2m\"", "threads.adaptive_quiet"),
+        ("adaptive_quiet_max = \"61s\"", "threads.adaptive_quiet_max"),
     ] {
         let text = format!("[threads]\nwait = \"adaptive\"\n{line}\n");
         let err = Config::from_toml_str(&text, "f.toml")
@@ -211,7 +213,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         assert!(err.starts_with("f.toml"), "{err}");
     }
     let ok = Config::from_toml_str(
-        "[threads]\nwait = \"adaptive\"\nadaptive_spin_polls = 5\nadaptive_quiet = \"1ms\"\nadaptive_max_block = \"10ms\"\n",
+        "[threads]\nwait = \"adaptive\"\nadaptive_spin_polls = 5\nadaptive_quiet = \"1ms\"\nadaptive_quiet_max = \"8ms\"\nadaptive_max_block = \"10ms\"\n",
         "f.toml",
     )
     .unwrap();
@@ -220,6 +222,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         AdaptiveConfig {
             spin_polls: 5,
             quiet: Duration::from_millis(1),
+            quiet_max: Duration::from_millis(8),
             max_block: Duration::from_millis(10),
         }
     );
