@@ -291,6 +291,10 @@ pub struct Adaptive {
     stats: AdaptiveStats,
 }
 
+/// Empty polls after an event before the wait blocks again (fewer when
+/// `spin_polls` is smaller).
+const WAKE_POLLS: u32 = 8;
+
 impl Adaptive {
     /// A wait that starts on the spinning path.
     pub fn new(cfg: AdaptiveConfig) -> Adaptive {
@@ -400,13 +404,17 @@ impl Adaptive {
         self.short_block = lasted.is_some_and(|d| d < self.cfg.max_block / 2);
         if event {
             self.stats.woken += 1;
-            self.empty = 0;
             // Spin again, but only the quiet period's worth of data earns
             // the quiet period: if the polls after this wake deliver
             // nothing (the event was a heartbeat, a keep-alive, a
             // retransmission already held), the wait blocks again after
-            // `spin_polls` instead of spinning out the whole quiet period
-            // once per heartbeat.
+            // at most WAKE_POLLS empty polls instead of spinning out the
+            // whole quiet period, or all of `spin_polls`, once per
+            // heartbeat. Every event source here fires after its data is
+            // readable (a completion, a datagram, a ring's bell), so a few
+            // polls find what woke the wait; on an emulated CPU each
+            // empty poll costs microseconds.
+            self.empty = self.cfg.spin_polls.saturating_sub(WAKE_POLLS);
             self.quiet_from = now.checked_sub(self.quiet);
         } else if !self.short_block && lasted.is_some() {
             self.quiet = (self.quiet / 2).max(self.cfg.quiet);
@@ -839,6 +847,38 @@ mod tests {
         }
         assert_eq!(w.quiet(), Duration::from_millis(5));
         assert_eq!(w.stats().blocks, 10);
+    }
+
+    #[test]
+    fn a_wake_without_data_blocks_again_after_a_few_polls_not_spin_polls() {
+        let cfg = AdaptiveConfig {
+            spin_polls: 100,
+            ..AdaptiveConfig::default()
+        };
+        let mut w = Adaptive::new(cfg);
+        let at = clock();
+        assert_eq!(w.after_poll(1), None);
+        assert_eq!(w.after_empty_at(at(0)), None);
+        assert_eq!(w.after_empty_at(at(500)), Some(cfg.max_block));
+        // A heartbeat's event: eight empty polls, then a block again.
+        w.woke(true);
+        for _ in 1..WAKE_POLLS {
+            assert_eq!(w.after_poll(0), None);
+        }
+        assert_eq!(w.after_poll(0), Some(cfg.max_block));
+        // Data after a wake: the full count and quiet period again.
+        w.woke(true);
+        assert_eq!(w.after_poll(1), None);
+        for _ in 1..100 {
+            assert_eq!(w.after_poll(0), None);
+        }
+        assert_eq!(
+            w.stats(),
+            AdaptiveStats {
+                blocks: 2,
+                woken: 2
+            }
+        );
     }
 
     #[test]
