@@ -20,7 +20,11 @@
 //! over loopback) and `ud` (RDMA UD multicast from the Soft-RoCE lane's
 //! rxe0 to rxe1); sessions (one end idles, sleeps, or echoes) on `tcp`
 //! (loopback) and RDMA RC on rxe0 in `rc-send`, `rc-imm` (`write-imm`) and
-//! `rc-write` modes.
+//! `rc-write` modes. Like mdbus's tools, it calls
+//! `mdbus::wait::wake_on_stop` first (`MDBUS_IDLE_WAKE_ON_STOP=0` does
+//! not: every block then ends by `adaptive_max_block`). Besides the
+//! figures it prints the idle loop's blocks per second and, for the
+//! ping-pong, the pinging side's blocks and its quiet period at the end.
 //!
 //! ```sh
 //! cargo run --release -p mdbus --example idle
@@ -397,6 +401,13 @@ fn main() {
     let wakes = env("MDBUS_IDLE_WAKES", 200);
     let rounds = env("MDBUS_IDLE_ROUNDS", 100_000);
     let d = AdaptiveConfig::default();
+    // As mdbus's tools do (their SIGINT/SIGTERM handlers end the waits):
+    // lets idle RDMA RC receivers block until their next keep-alive.
+    let wake_on_stop = env("MDBUS_IDLE_WAKE_ON_STOP", 1) == 1;
+    if wake_on_stop {
+        mdbus::wait::wake_on_stop().unwrap();
+    }
+    println!("wake_on_stop: {wake_on_stop}");
     println!(
         "adaptive thresholds: spin_polls {} quiet {:?} quiet_max {:?} max_block {:?}",
         d.spin_polls, d.quiet, d.quiet_max, d.max_block

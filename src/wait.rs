@@ -430,7 +430,8 @@ pub(crate) struct Epoll {
 }
 
 impl Epoll {
-    /// Watches `fds` for readability (level-triggered).
+    /// Watches `fds` for readability (level-triggered), and the stop
+    /// descriptor once [`wake_on_stop`] made it.
     pub(crate) fn new(fds: &[std::os::fd::RawFd]) -> std::io::Result<Epoll> {
         use std::os::fd::{AsRawFd, FromRawFd};
         // SAFETY: plain system call; the result is checked.
@@ -441,7 +442,7 @@ impl Epoll {
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
         let ep = Epoll { fd };
-        for &f in fds {
+        for &f in fds.iter().chain(stop_fd().as_ref()) {
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: f as u64,
@@ -457,14 +458,16 @@ impl Epoll {
     }
 
     /// Blocks until a descriptor is readable or `timeout` passes; true when
-    /// one is readable. A signal ends the wait early (false).
+    /// one is readable. A signal ends the wait early (false), and so does
+    /// [`stop_waits`] when [`wake_on_stop`] came before this epoll was made.
     pub(crate) fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
         use std::os::fd::AsRawFd;
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 1];
         // SAFETY: valid descriptor; `ev` has room for the one event asked.
         let n =
             unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ev.as_mut_ptr(), 1, millis(timeout)) };
-        ready(n)
+        let stop = stop_fd().map(|f| f as u64);
+        ready(n).map(|r| r && Some(ev[0].u64) != stop)
     }
 }
 
@@ -473,22 +476,89 @@ impl Epoll {
 /// which the next poll of the transport reads). A signal ends the wait
 /// early (false): poll(2) is never restarted after a handler, whatever
 /// `SA_RESTART` says, so a stop flag set by SIGINT or SIGTERM is seen at
-/// once by a thread the signal lands on, and within `timeout` by others.
-/// The event source of one-descriptor transports (a TCP session, a verbs
-/// completion channel); no state, no allocation.
+/// once by a thread the signal lands on, and within `timeout` by others;
+/// after [`wake_on_stop`], [`stop_waits`] ends it at once on every thread
+/// (false). The event source of one-descriptor transports (a TCP session,
+/// a verbs completion channel); no state, no allocation.
 pub(crate) fn poll_fd(
     fd: std::os::fd::RawFd,
     events: libc::c_short,
     timeout: Duration,
 ) -> std::io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd; the caller keeps `fd` open for the call.
-    let n = unsafe { libc::poll(&mut p, 1, millis(timeout)) };
-    ready(n)
+    let mut p = [
+        libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop_fd().unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds (poll(2) skips a negative descriptor); the
+    // caller keeps `fd` open for the call, the stop descriptor is never
+    // closed.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), 2, millis(timeout)) };
+    ready(n).map(|_| p[0].revents != 0)
+}
+
+/// The descriptor [`stop_waits`] makes readable, once [`wake_on_stop`] made
+/// it; never closed.
+static STOP: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
+fn stop_fd() -> Option<std::os::fd::RawFd> {
+    use std::os::fd::AsRawFd;
+    STOP.get().map(|f| f.as_raw_fd())
+}
+
+/// Lets [`stop_waits`] end every blocking wait of the library at once, on
+/// every thread, and in return lets a sleeping RDMA RC session (`send`
+/// and `write-imm` modes) block past `adaptive_max_block`, until its next
+/// timer (the keep-alive, at most `verbs.keepalive_interval`): fewer
+/// wake-ups while idle. Call it once at start-up, and call
+/// [`stop_waits`] from the SIGINT and SIGTERM handlers (mdbus's tools
+/// do); without it every block stays bounded by `adaptive_max_block`,
+/// which is what bounds how late a stop flag is seen. Idempotent.
+///
+/// # Errors
+/// The system refused an eventfd.
+pub fn wake_on_stop() -> std::io::Result<()> {
+    use std::os::fd::FromRawFd;
+    if STOP.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: plain system call; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns. A thread
+    // that loses a race here closes its own; the winner's stays.
+    let _ = STOP.set(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
+/// True once [`wake_on_stop`] succeeded: blocks may then outlast
+/// `adaptive_max_block` where the transport has a later timer.
+pub(crate) fn stop_wakes() -> bool {
+    STOP.get().is_some()
+}
+
+/// Ends every blocking wait of the library now and from now on (each
+/// returns as a timeout would): for the process's SIGINT and SIGTERM
+/// handlers, once its loops have a stop flag to look at. Async-signal-safe
+/// (an atomic load and one write(2)); does nothing before
+/// [`wake_on_stop`].
+pub fn stop_waits() {
+    if let Some(fd) = stop_fd() {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd; a full
+        // counter (EAGAIN) still leaves it readable, which is all a wait
+        // looks at.
+        let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
 }
 
 /// The longest nap of a loop whose transport has no event source to wake
@@ -502,9 +572,15 @@ pub const NAP: Duration = Duration::from_millis(1);
 /// Sleeps for `d` (rounded up to a millisecond) or until a signal
 /// arrives, whichever is first: for a loop without an event source.
 pub(crate) fn nap(d: Duration) {
-    // SAFETY: poll(2) with no descriptors is a plain timed sleep that a
-    // signal interrupts (unlike std::thread::sleep, which resumes).
-    let _ = ready(unsafe { libc::poll(std::ptr::null_mut(), 0, millis(d)) });
+    let mut p = libc::pollfd {
+        fd: stop_fd().unwrap_or(-1),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on the stop descriptor (or none: poll skips -1) is a
+    // timed sleep that a signal or `stop_waits` interrupts (unlike
+    // std::thread::sleep, which resumes).
+    let _ = ready(unsafe { libc::poll(&mut p, 1, millis(d)) });
 }
 
 /// A block's timeout in milliseconds, rounded up: a sub-millisecond

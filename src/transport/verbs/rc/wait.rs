@@ -24,6 +24,11 @@ use crate::config::SessionMode;
 use crate::error::Result;
 use crate::transport::verbs::cq::Slept;
 
+/// The longest sleep of a receiver whose blocks outlast
+/// `adaptive_max_block`: bounds how late it sees a peer's close (a word
+/// the peer writes, which raises no completion) or a disconnect.
+const LONG_BLOCK: Duration = Duration::from_secs(1);
+
 impl RcSession {
     /// See [`SessionEnd::wait_for_data`](crate::transport::SessionEnd::wait_for_data).
     pub(super) fn sleep_for_data(&mut self, timeout: Duration) -> Result<bool> {
@@ -37,7 +42,7 @@ impl RcSession {
         let slept = if self.mode == SessionMode::Write {
             Slept::NoChannel
         } else {
-            match self.recv_cq.sleep(timeout) {
+            match self.recv_cq.sleep(self.block_length(timeout)) {
                 Ok(s) => s,
                 Err(e) => {
                     self.fail_os("waiting on the receive completion channel", e);
@@ -54,6 +59,20 @@ impl RcSession {
                 Ok(false)
             }
         }
+    }
+
+    /// How long one sleep on the channel lasts: `timeout`
+    /// (`adaptive_max_block`), or, once [`stop_waits`](crate::wait::stop_waits)
+    /// can end it, until the liveness checks are due (the next keep-alive),
+    /// at most [`LONG_BLOCK`]: an idle receiver then wakes about once per
+    /// `verbs.keepalive_interval` instead of once per `adaptive_max_block`.
+    fn block_length(&self, timeout: Duration) -> Duration {
+        if !crate::wait::stop_wakes() {
+            return timeout;
+        }
+        self.next_timer(std::time::Instant::now())
+            .min(LONG_BLOCK)
+            .max(timeout)
     }
 
     /// Completion events taken from the receive queue's channel.
