@@ -21,7 +21,9 @@
 //! docs/RDMA.md). As a plain [`Wait`] (a sender waiting for credit)
 //! `"adaptive"` spins with the hint. Every block is bounded by `adaptive_max_block`, so a loop that
 //! checks a stop flag (set by SIGINT or SIGTERM) between polls sees it
-//! within that time.
+//! within that time; after [`wake_on_stop`], [`stop_waits`] (called from
+//! the signal handler) ends every block at once, and an idle RDMA RC
+//! receiver then blocks until its next keep-alive instead.
 //!
 //! None of them allocates or takes a lock; only [`Yield`] makes a system
 //! call. The unit structs let a hot loop be generic over the strategy and
