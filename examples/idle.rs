@@ -5,8 +5,11 @@
 //!    (`getrusage(RUSAGE_THREAD)`) over the wall time, in percent of one
 //!    core. Target: under 1%.
 //! 2. **First message after idle**: `MDBUS_IDLE_WAKES` (default 200) times,
-//!    the publisher stays silent 20 ms (far beyond the quiet period, so an
-//!    adaptive subscriber is asleep), then publishes one message stamped
+//!    the publisher stays silent `MDBUS_IDLE_SILENCE_MS` (default 60 ms:
+//!    beyond the longest quiet period, `adaptive_quiet_max`, and half of
+//!    `adaptive_max_block`, so an adaptive subscriber is asleep and the
+//!    silences do not teach it to spin through them; 20 ms before the
+//!    quiet period adapted to short blocks), then publishes one message stamped
 //!    with its send time; the subscriber records arrival minus send in an
 //!    HdrHistogram (p50, p99).
 //! 3. **Steady ping-pong**: two streams, `ping` and `pong`, echoed by a
@@ -174,8 +177,8 @@ fn ns(h: &Histogram<u64>, q: f64) -> u64 {
     h.value_at_quantile(q)
 }
 
-/// Latency of the first message after 20 ms of silence.
-fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
+/// Latency of the first message after `silence`.
+fn first_after_idle(transport: &str, mode: Mode, wakes: u64, silence: Duration) -> Histogram<u64> {
     let (pb, sb) = buses(transport, &["s"]);
     let mut publisher = pb.publisher("s").unwrap();
     let mut sub = sb.subscriber("s").unwrap();
@@ -195,7 +198,7 @@ fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
         h
     });
     for _ in 0..wakes {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(silence);
         publisher.service().unwrap();
         let sent = base.elapsed().as_nanos() as u64;
         publisher.publish(&sent.to_le_bytes()).unwrap();
@@ -334,8 +337,13 @@ fn session_idle_cpu(kind: &str, mode: Mode, secs: u64) -> Idle {
     cpu
 }
 
-/// Latency of the first session message after 20 ms of silence.
-fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
+/// Latency of the first session message after `silence`.
+fn session_first_after_idle(
+    kind: &str,
+    mode: Mode,
+    wakes: u64,
+    silence: Duration,
+) -> Histogram<u64> {
     let (mut s, mut peer) = session_pair(kind);
     let base = Instant::now();
     let t = std::thread::spawn(move || {
@@ -351,7 +359,7 @@ fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64
         h
     });
     for _ in 0..wakes {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(silence);
         // Credits and keep-alives from the receiver.
         peer.poll(|_| {}).unwrap();
         let sent = base.elapsed().as_nanos() as u64;
@@ -400,6 +408,7 @@ fn main() {
     let secs = env("MDBUS_IDLE_SECS", 2);
     let wakes = env("MDBUS_IDLE_WAKES", 200);
     let rounds = env("MDBUS_IDLE_ROUNDS", 100_000);
+    let silence = Duration::from_millis(env("MDBUS_IDLE_SILENCE_MS", 60));
     let d = AdaptiveConfig::default();
     // As mdbus's tools do (their SIGINT/SIGTERM handlers end the waits):
     // lets idle RDMA RC receivers block until their next keep-alive.
@@ -407,7 +416,7 @@ fn main() {
     if wake_on_stop {
         mdbus::wait::wake_on_stop().unwrap();
     }
-    println!("wake_on_stop: {wake_on_stop}");
+    println!("wake_on_stop: {wake_on_stop}, silence before each first message: {silence:?}");
     println!(
         "adaptive thresholds: spin_polls {} quiet {:?} quiet_max {:?} max_block {:?}",
         d.spin_polls, d.quiet, d.quiet_max, d.max_block
@@ -443,9 +452,9 @@ fn main() {
             };
             eprintln!("{transport} {}: idle done", mode.name());
             let first = if session {
-                session_first_after_idle(transport, mode, wakes)
+                session_first_after_idle(transport, mode, wakes, silence)
             } else {
-                first_after_idle(transport, mode, wakes)
+                first_after_idle(transport, mode, wakes, silence)
             };
             eprintln!("{transport} {}: first-after-idle done", mode.name());
             let (rtt, pw) = if session {
