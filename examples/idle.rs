@@ -5,8 +5,11 @@
 //!    (`getrusage(RUSAGE_THREAD)`) over the wall time, in percent of one
 //!    core. Target: under 1%.
 //! 2. **First message after idle**: `MDBUS_IDLE_WAKES` (default 200) times,
-//!    the publisher stays silent 20 ms (far beyond the quiet period, so an
-//!    adaptive subscriber is asleep), then publishes one message stamped
+//!    the publisher stays silent `MDBUS_IDLE_SILENCE_MS` (default 60 ms:
+//!    beyond the longest quiet period, `adaptive_quiet_max`, and half of
+//!    `adaptive_max_block`, so an adaptive subscriber is asleep and the
+//!    silences do not teach it to spin through them; 20 ms before the
+//!    quiet period adapted to short blocks), then publishes one message stamped
 //!    with its send time; the subscriber records arrival minus send in an
 //!    HdrHistogram (p50, p99).
 //! 3. **Steady ping-pong**: two streams, `ping` and `pong`, echoed by a
@@ -20,7 +23,11 @@
 //! over loopback) and `ud` (RDMA UD multicast from the Soft-RoCE lane's
 //! rxe0 to rxe1); sessions (one end idles, sleeps, or echoes) on `tcp`
 //! (loopback) and RDMA RC on rxe0 in `rc-send`, `rc-imm` (`write-imm`) and
-//! `rc-write` modes.
+//! `rc-write` modes. Like mdbus's tools, it calls
+//! `mdbus::wait::wake_on_stop` first (`MDBUS_IDLE_WAKE_ON_STOP=0` does
+//! not: every block then ends by `adaptive_max_block`). Besides the
+//! figures it prints the idle loop's blocks per second and, for the
+//! ping-pong, the pinging side's blocks and its quiet period at the end.
 //!
 //! ```sh
 //! cargo run --release -p mdbus --example idle
@@ -109,33 +116,52 @@ fn thread_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Runs `step` on a thread of its own until the flag is set; the thread
-/// returns the percent of one core it used.
+/// The percent of one core a loop used, and its blocks (wake-ups) per
+/// second.
+#[derive(Clone, Copy)]
+struct Idle {
+    cpu: f64,
+    wakes_per_sec: f64,
+}
+
+/// Blocks so far of an adaptive wait (0 when busy-spinning).
+fn blocks(wait: &Option<Adaptive>) -> u64 {
+    wait.as_ref().map_or(0, |w| w.stats().blocks)
+}
+
+/// Runs `step` on a thread of its own until the flag is set; `step`
+/// returns its wait's blocks so far.
 fn measured_loop(
-    mut step: impl FnMut() + Send + 'static,
-) -> (Arc<AtomicBool>, std::thread::JoinHandle<f64>) {
+    mut step: impl FnMut() -> u64 + Send + 'static,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Idle>) {
     let stop = Arc::new(AtomicBool::new(false));
     let t = std::thread::spawn({
         let stop = Arc::clone(&stop);
         move || {
-            let (c0, w0) = (thread_cpu(), Instant::now());
+            let (c0, w0, b0) = (thread_cpu(), Instant::now(), step());
+            let mut b = b0;
             while !stop.load(Ordering::Relaxed) {
-                step();
+                b = step();
             }
-            (thread_cpu() - c0).as_secs_f64() / w0.elapsed().as_secs_f64() * 100.0
+            let wall = w0.elapsed().as_secs_f64();
+            Idle {
+                cpu: (thread_cpu() - c0).as_secs_f64() / wall * 100.0,
+                wakes_per_sec: (b - b0) as f64 / wall,
+            }
         }
     });
     (stop, t)
 }
 
 /// Percent of one core the subscriber's thread used while idle.
-fn idle_cpu(transport: &str, mode: Mode, secs: u64) -> f64 {
+fn idle_cpu(transport: &str, mode: Mode, secs: u64) -> Idle {
     let (pb, sb) = buses(transport, &["s"]);
     let mut publisher = pb.publisher("s").unwrap();
     let mut sub = sb.subscriber("s").unwrap();
     let mut wait = waiter(mode);
     let (stop, t) = measured_loop(move || {
         step(&mut sub, &mut wait, |_| {});
+        blocks(&wait)
     });
     // The publisher's duties (heartbeats on UDP) go on as in production.
     let end = Instant::now() + Duration::from_secs(secs);
@@ -151,8 +177,8 @@ fn ns(h: &Histogram<u64>, q: f64) -> u64 {
     h.value_at_quantile(q)
 }
 
-/// Latency of the first message after 20 ms of silence.
-fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
+/// Latency of the first message after `silence`.
+fn first_after_idle(transport: &str, mode: Mode, wakes: u64, silence: Duration) -> Histogram<u64> {
     let (pb, sb) = buses(transport, &["s"]);
     let mut publisher = pb.publisher("s").unwrap();
     let mut sub = sb.subscriber("s").unwrap();
@@ -172,7 +198,7 @@ fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
         h
     });
     for _ in 0..wakes {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(silence);
         publisher.service().unwrap();
         let sent = base.elapsed().as_nanos() as u64;
         publisher.publish(&sent.to_le_bytes()).unwrap();
@@ -180,8 +206,16 @@ fn first_after_idle(transport: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
     t.join().unwrap()
 }
 
+/// What the pinging side's adaptive wait did over a ping-pong: blocks,
+/// and its quiet period at the end.
+type PingWait = Option<(u64, Duration)>;
+
+fn ping_wait(wait: &Option<Adaptive>) -> PingWait {
+    wait.as_ref().map(|w| (w.stats().blocks, w.quiet()))
+}
+
 /// Round trips over two streams, both loops in `mode`.
-fn pingpong(transport: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
+fn pingpong(transport: &str, mode: Mode, rounds: u64) -> (Histogram<u64>, PingWait) {
     // The pinging side publishes `ping` on the first bus; the echo
     // publishes `pong` on the second.
     let (a, b) = buses(transport, &["ping", "pong"]);
@@ -235,7 +269,7 @@ fn pingpong(transport: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
         h.record(t0.elapsed().as_nanos() as u64).unwrap();
     }
     echo.join().unwrap();
-    h
+    (h, ping_wait(&wait))
 }
 
 /// Session `o` on `kind`: `tcp` (loopback), or an RDMA RC session on the
@@ -289,11 +323,12 @@ fn session_step(s: &mut Session, wait: &mut Option<Adaptive>, f: impl FnMut(Mess
 }
 
 /// Percent of one core an idle session end's thread used.
-fn session_idle_cpu(kind: &str, mode: Mode, secs: u64) -> f64 {
+fn session_idle_cpu(kind: &str, mode: Mode, secs: u64) -> Idle {
     let (mut s, peer) = session_pair(kind);
     let mut wait = waiter(mode);
     let (stop, t) = measured_loop(move || {
         session_step(&mut s, &mut wait, |_| {});
+        blocks(&wait)
     });
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
@@ -302,8 +337,13 @@ fn session_idle_cpu(kind: &str, mode: Mode, secs: u64) -> f64 {
     cpu
 }
 
-/// Latency of the first session message after 20 ms of silence.
-fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64> {
+/// Latency of the first session message after `silence`.
+fn session_first_after_idle(
+    kind: &str,
+    mode: Mode,
+    wakes: u64,
+    silence: Duration,
+) -> Histogram<u64> {
     let (mut s, mut peer) = session_pair(kind);
     let base = Instant::now();
     let t = std::thread::spawn(move || {
@@ -319,7 +359,7 @@ fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64
         h
     });
     for _ in 0..wakes {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(silence);
         // Credits and keep-alives from the receiver.
         peer.poll(|_| {}).unwrap();
         let sent = base.elapsed().as_nanos() as u64;
@@ -329,7 +369,7 @@ fn session_first_after_idle(kind: &str, mode: Mode, wakes: u64) -> Histogram<u64
 }
 
 /// Round trips over one session, both ends in `mode`.
-fn session_pingpong(kind: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
+fn session_pingpong(kind: &str, mode: Mode, rounds: u64) -> (Histogram<u64>, PingWait) {
     let (mut echo_end, mut s) = session_pair(kind);
     let echo = std::thread::spawn(move || {
         let mut wait = waiter(mode);
@@ -354,7 +394,7 @@ fn session_pingpong(kind: &str, mode: Mode, rounds: u64) -> Histogram<u64> {
         h.record(t0.elapsed().as_nanos() as u64).unwrap();
     }
     echo.join().unwrap();
-    h
+    (h, ping_wait(&wait))
 }
 
 fn env(key: &str, default: u64) -> u64 {
@@ -368,14 +408,34 @@ fn main() {
     let secs = env("MDBUS_IDLE_SECS", 2);
     let wakes = env("MDBUS_IDLE_WAKES", 200);
     let rounds = env("MDBUS_IDLE_ROUNDS", 100_000);
+    let silence = Duration::from_millis(env("MDBUS_IDLE_SILENCE_MS", 60));
     let d = AdaptiveConfig::default();
+    // As mdbus's tools do (their SIGINT/SIGTERM handlers end the waits):
+    // lets idle RDMA RC receivers block until their next keep-alive.
+    let wake_on_stop = env("MDBUS_IDLE_WAKE_ON_STOP", 1) == 1;
+    if wake_on_stop {
+        mdbus::wait::wake_on_stop().unwrap();
+    }
+    println!("wake_on_stop: {wake_on_stop}, silence before each first message: {silence:?}");
     println!(
-        "adaptive thresholds: spin_polls {} quiet {:?} max_block {:?}",
-        d.spin_polls, d.quiet, d.max_block
+        "adaptive thresholds: spin_polls {} quiet {:?} quiet_max {:?} max_block {:?}",
+        d.spin_polls, d.quiet, d.quiet_max, d.max_block
     );
+    // wakes/s: the idle loop's blocks per second; pp_blocks and
+    // pp_quiet_us: the pinging side's blocks over the ping-pong and its
+    // quiet period at the end (adaptive only).
     println!(
-        "{:<8} {:<10} {:>9} {:>12} {:>12} {:>12} {:>12}",
-        "tr", "wait", "idle_cpu%", "first_p50ns", "first_p99ns", "rtt_p50ns", "rtt_p99ns"
+        "{:<8} {:<10} {:>9} {:>8} {:>12} {:>12} {:>12} {:>12} {:>9} {:>11}",
+        "tr",
+        "wait",
+        "idle_cpu%",
+        "wakes/s",
+        "first_p50ns",
+        "first_p99ns",
+        "rtt_p50ns",
+        "rtt_p99ns",
+        "pp_blocks",
+        "pp_quiet_us"
     );
     let only = std::env::var("MDBUS_IDLE_TRANSPORTS").unwrap_or_else(|_| "shm,udp,tcp".into());
     for transport in ["shm", "udp", "ud", "tcp", "rc-send", "rc-imm", "rc-write"] {
@@ -392,26 +452,33 @@ fn main() {
             };
             eprintln!("{transport} {}: idle done", mode.name());
             let first = if session {
-                session_first_after_idle(transport, mode, wakes)
+                session_first_after_idle(transport, mode, wakes, silence)
             } else {
-                first_after_idle(transport, mode, wakes)
+                first_after_idle(transport, mode, wakes, silence)
             };
             eprintln!("{transport} {}: first-after-idle done", mode.name());
-            let rtt = if session {
+            let (rtt, pw) = if session {
                 session_pingpong(transport, mode, rounds)
             } else {
                 pingpong(transport, mode, rounds)
             };
             rtt50[k] = ns(&rtt, 0.5);
+            let (pp_blocks, pp_quiet) = match pw {
+                Some((b, q)) => (b.to_string(), q.as_micros().to_string()),
+                None => ("-".into(), "-".into()),
+            };
             println!(
-                "{:<8} {:<10} {:>9.2} {:>12} {:>12} {:>12} {:>12}",
+                "{:<8} {:<10} {:>9.2} {:>8.1} {:>12} {:>12} {:>12} {:>12} {:>9} {:>11}",
                 transport,
                 mode.name(),
-                cpu,
+                cpu.cpu,
+                cpu.wakes_per_sec,
                 ns(&first, 0.5),
                 ns(&first, 0.99),
                 ns(&rtt, 0.5),
-                ns(&rtt, 0.99)
+                ns(&rtt, 0.99),
+                pp_blocks,
+                pp_quiet
             );
         }
         println!(

@@ -135,6 +135,9 @@ pub struct ThreadConfig {
     /// `adaptive`: and this long without data.
     #[serde(with = "duration_str")]
     pub adaptive_quiet: Duration,
+    /// `adaptive`: the longest the quiet period grows to.
+    #[serde(with = "duration_str")]
+    pub adaptive_quiet_max: Duration,
     /// `adaptive`: the longest one block lasts.
     #[serde(with = "duration_str")]
     pub adaptive_max_block: Duration,
@@ -148,6 +151,7 @@ impl Default for ThreadConfig {
             device: String::new(),
             adaptive_spin_polls: a.spin_polls,
             adaptive_quiet: a.quiet,
+            adaptive_quiet_max: a.quiet_max,
             adaptive_max_block: a.max_block,
         }
     }
@@ -159,6 +163,7 @@ impl ThreadConfig {
         crate::wait::AdaptiveConfig {
             spin_polls: self.adaptive_spin_polls,
             quiet: self.adaptive_quiet,
+            quiet_max: self.adaptive_quiet_max,
             max_block: self.adaptive_max_block,
         }
     }

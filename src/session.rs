@@ -255,9 +255,10 @@ impl Session {
     /// Blocks until the transport signals that a message may have arrived,
     /// or `timeout` passes: in poll(2) on the socket (TCP) or on the
     /// receive completion queue's channel (RDMA, `send` and `write-imm`
-    /// modes). Without an event source (shared memory, RDMA `write` mode,
-    /// sessions on an acceptor's shared receive queue) it naps for at most
-    /// [`NAP`](crate::wait::NAP). Returns true when woken by an event,
+    /// modes). Without an event source it naps: shared memory for at most
+    /// [`NAP`](crate::wait::NAP); RDMA `write` mode and sessions on an
+    /// acceptor's shared receive queue 1 ms first, doubled per nap that
+    /// brought nothing, up to `timeout`. Returns true when woken by an event,
     /// false on timeout or on a signal. On RDMA the first wait after
     /// traffic only arms the completion queue and returns false at once (a
     /// completion before arming raises no event); the next one sleeps.

@@ -51,6 +51,7 @@ fn block_at_once(max_block: Duration) -> Adaptive {
     Adaptive::new(AdaptiveConfig {
         spin_polls: 1,
         quiet: Duration::ZERO,
+        quiet_max: Duration::ZERO,
         max_block,
     })
 }
@@ -162,8 +163,8 @@ fn a_blocked_wait_lets_the_loop_see_sigterm() {
     assert_eq!(stats.woken, 0, "{stats:?}");
 }
 
-#[test]
-fn a_waiting_udp_subscriber_is_woken_by_the_next_datagram() {
+/// A UDP bus with stream `s` on a loopback multicast group of its own.
+fn udp_bus() -> Bus {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let port = 40_000 + (std::process::id() % 1_000) * 16 + n;
     let group = format!("239.255.{}.{}", 1 + std::process::id() % 250, 100 + n % 100);
@@ -171,7 +172,12 @@ fn a_waiting_udp_subscriber_is_woken_by_the_next_datagram() {
         "transport = \"udp\"\n[threads]\nwait = \"adaptive\"\n[streams.s]\n\
          group = \"{group}:{port}\"\ninterface = \"127.0.0.1\"\nttl = 0\n"
     );
-    let bus = Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap();
+    Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap()
+}
+
+#[test]
+fn a_waiting_udp_subscriber_is_woken_by_the_next_datagram() {
+    let bus = udp_bus();
     let mut publisher = bus.publisher("s").unwrap();
     let mut subscriber = bus.subscriber("s").unwrap();
     let reader = std::thread::spawn(move || {
@@ -202,6 +208,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         ("adaptive_spin_polls = 0", "threads.adaptive_spin_polls"),
         ("adaptive_max_block = \"2s\"", "threads.adaptive_max_block"),
         ("adaptive_quiet = \"2m\"", "threads.adaptive_quiet"),
+        ("adaptive_quiet_max = \"61s\"", "threads.adaptive_quiet_max"),
     ] {
         let text = format!("[threads]\nwait = \"adaptive\"\n{line}\n");
         let err = Config::from_toml_str(&text, "f.toml")
@@ -211,7 +218,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         assert!(err.starts_with("f.toml"), "{err}");
     }
     let ok = Config::from_toml_str(
-        "[threads]\nwait = \"adaptive\"\nadaptive_spin_polls = 5\nadaptive_quiet = \"1ms\"\nadaptive_max_block = \"10ms\"\n",
+        "[threads]\nwait = \"adaptive\"\nadaptive_spin_polls = 5\nadaptive_quiet = \"1ms\"\nadaptive_quiet_max = \"8ms\"\nadaptive_max_block = \"10ms\"\n",
         "f.toml",
     )
     .unwrap();
@@ -220,6 +227,7 @@ fn the_adaptive_thresholds_are_checked_with_their_key() {
         AdaptiveConfig {
             spin_polls: 5,
             quiet: Duration::from_millis(1),
+            quiet_max: Duration::from_millis(8),
             max_block: Duration::from_millis(10),
         }
     );
@@ -450,4 +458,91 @@ fn a_sleeping_ud_subscriber_is_woken_by_each_message() {
     let (got, stats) = reader.join().unwrap();
     assert_eq!(got, vec![(1, vec![0; 4]), (2, vec![1; 4]), (3, vec![2; 4])]);
     assert!(stats.woken >= 3, "{stats:?}");
+}
+
+/// Set before `stop_waits`, as a SIGTERM handler would set the tools' flag.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// Sleeps in ten-minute blocks, on a thread of its own, until
+/// [`STOPPING`]; returns the thread's id and its wait counts at the end.
+fn sleeper(
+    mut poll_wait: impl FnMut(&mut Adaptive) + Send + 'static,
+) -> (u32, std::thread::JoinHandle<mdbus::wait::AdaptiveStats>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        tx.send(mdbus_testkit::threads::tid()).unwrap();
+        let mut wait = block_at_once(Duration::from_secs(600));
+        while !STOPPING.load(Ordering::Relaxed) {
+            poll_wait(&mut wait);
+        }
+        wait.stats()
+    });
+    (rx.recv().unwrap(), t)
+}
+
+/// `stop_waits` (after `wake_on_stop`) ends every sleeping wait at once,
+/// on threads no signal reached: a TCP session's poll(2), a UDP
+/// subscriber's epoll_wait(2) and, where the lane has a device, an RDMA
+/// session's completion channel (whose idle blocks then outlast
+/// `adaptive_max_block`); and every wait after it returns at once. The
+/// stop descriptor is process-wide, so this runs alone in a child process
+/// (the other tests count their wake-ups).
+#[test]
+fn stop_waits_ends_every_sleeping_wait_on_every_thread() {
+    const NAME: &str = "stop_waits_ends_every_sleeping_wait_on_every_thread";
+    if std::env::var_os("MDBUS_STOP_WAITS_CHILD").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env("MDBUS_STOP_WAITS_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    mdbus::wait::wake_on_stop().unwrap();
+    let mut buses = vec![tcp_session_bus()];
+    buses.extend(rc_bus("stop_waits", "send"));
+    let mut sleepers = Vec::new();
+    let mut peers = Vec::new();
+    for bus in &buses {
+        let accepted = std::thread::spawn({
+            let bus = bus.clone();
+            move || bus.session_accept("o").unwrap()
+        });
+        peers.push(bus.session_connect("o").unwrap());
+        let mut s = accepted.join().unwrap();
+        sleepers.push(sleeper(move |w| {
+            s.poll_wait(w, |_| {}).unwrap();
+        }));
+    }
+    // No publisher: no heartbeat can wake it.
+    let udp = udp_bus();
+    let mut subscriber = udp.subscriber("s").unwrap();
+    sleepers.push(sleeper(move |w| {
+        subscriber.poll_wait(w, |_| {}).unwrap();
+    }));
+    for (tid, _) in &sleepers {
+        mdbus_testkit::threads::until_blocked_in_wait(*tid);
+    }
+    STOPPING.store(true, Ordering::Relaxed);
+    mdbus::wait::stop_waits();
+    for (_, t) in sleepers {
+        let stats = t.join().unwrap();
+        // It slept, and nothing but the stop ended its last block.
+        assert!(stats.blocks >= 1, "{stats:?}");
+        assert_eq!(stats.woken, 0, "{stats:?}");
+    }
+    // Every wait from now on returns at once (the process is stopping),
+    // even on an event source made after the stop.
+    let mut late = udp_bus().subscriber("s").unwrap();
+    for _ in 0..3 {
+        assert!(!late.wait_for_data(Duration::from_secs(600)).unwrap());
+    }
+    drop(peers);
 }

@@ -1,5 +1,6 @@
 //! SIGINT and SIGTERM as a flag: the handler (installed by the
-//! `signal-hook` crate) only stores `true` to an atomic, which is
+//! `signal-hook` crate) only stores `true` to an atomic and ends the
+//! library's sleeping waits (`mdbus::wait::stop_waits`), both
 //! async-signal-safe; every polling loop checks [`requested`] between
 //! units of work and then shuts down in order (publishers closed, shared
 //! memory removed, summary printed).
@@ -23,8 +24,14 @@ pub fn install() -> io::Result<()> {
         return Ok(());
     }
     let flag = Arc::new(AtomicBool::new(false));
+    // Sleeping adaptive waits on every thread wake at once, not after
+    // their block: see mdbus::wait::wake_on_stop.
+    mdbus::wait::wake_on_stop()?;
     for signal in [SIGINT, SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&flag))?;
+        // SAFETY: stop_waits is async-signal-safe (an atomic load and one
+        // write(2)), allocates nothing and never panics.
+        unsafe { signal_hook::low_level::register(signal, mdbus::wait::stop_waits) }?;
     }
     // Two threads racing here both registered handlers; the flag that
     // loses is still set by its handler but never read, which is harmless

@@ -734,6 +734,7 @@ impl RcSession {
     fn after_poll(&mut self, n: usize) -> Result<usize> {
         if n > 0 {
             self.idle = 0;
+            self.naps = 0;
             return Ok(n);
         }
         if self.receipts.to_announce().is_some() {

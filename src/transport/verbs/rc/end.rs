@@ -246,6 +246,26 @@ impl RcSession {
         }
     }
 
+    /// How long until [`keep_alive`](Self::keep_alive) has something to do:
+    /// the next keep-alive (or confirming write) to send, or the deadline
+    /// of the one outstanding. A sleeping receiver whose blocks may outlast
+    /// `adaptive_max_block` blocks this long.
+    pub(super) fn next_timer(&self, now: Instant) -> Duration {
+        let k = &self.keepalive;
+        let unconfirmed = self.sq.completed() < self.sq.next_index();
+        let send_at = k.since
+            + if k.pending.is_none() && unconfirmed {
+                CONFIRM_AFTER.min(k.interval)
+            } else {
+                k.interval
+            };
+        let due = match k.pending {
+            Some((_, at)) => send_at.min(at + k.timeout),
+            None => send_at,
+        };
+        due.saturating_duration_since(now)
+    }
+
     /// The error that ends the session, once nothing more can be delivered.
     pub(super) fn ended(&self) -> Option<Error> {
         let close = self.close_word();

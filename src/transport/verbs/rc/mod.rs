@@ -122,6 +122,9 @@ pub struct RcSession {
     peer_ctrl: u64,
     peer_rkey: u32,
     idle: u32,
+    /// Naps in a row without data (`write` mode's adaptive wait): each
+    /// doubles the next one.
+    naps: u32,
     /// When the liveness checks last ran (`clock::monotonic_ns`).
     last_check: u64,
     /// The last sequence whose send the peer's device acknowledged.

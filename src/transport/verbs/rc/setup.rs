@@ -399,6 +399,7 @@ impl RcSession {
             peer_ctrl: peer.ctrl_addr,
             peer_rkey: peer.ctrl_rkey,
             idle: 0,
+            naps: 0,
             last_check: crate::clock::monotonic_ns(),
             acked: 0,
             seq_at: vec![0; sq_depth as usize].into_boxed_slice(),
