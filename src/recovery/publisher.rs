@@ -373,10 +373,12 @@ pub struct PublisherCore {
     run_pos: u64,
     /// The header of the datagram `run_*` describes, written at flush.
     run_head: [u8; DATAGRAM_HEADER_LEN],
-    /// Lowest monotonic window position of a datagram handed out by a
+    /// The lowest monotonic window position of a datagram handed out by a
     /// gathering method (`*_gather`) since the last
-    /// [`release`](Self::release): the driver still points at its bytes.
-    pinned: Option<u64>,
+    /// [`release`](Self::release), plus the window's size: a claim reaching
+    /// it would overwrite bytes the driver still points at. `u64::MAX`:
+    /// none handed out.
+    pin_limit: u64,
     /// Joins a datagram's header and slice for the methods whose `emit`
     /// takes one contiguous datagram.
     joined: Box<[u8]>,
@@ -458,7 +460,7 @@ impl PublisherCore {
             run_end: 0,
             run_pos: 0,
             run_head: [0; DATAGRAM_HEADER_LEN],
-            pinned: None,
+            pin_limit: u64::MAX,
             joined: super::prefaulted(d),
             live: Packer::new(Kind::Data, cfg.stream_id, cfg.epoch, d),
             resend: Packer::new(Kind::Retransmit, cfg.stream_id, cfg.epoch, d),
@@ -579,12 +581,12 @@ impl PublisherCore {
         clock: C,
         mut emit: E,
     ) -> Result<u64, PublishError> {
-        let (pinned, mut joined) = (self.pinned, std::mem::take(&mut self.joined));
+        let (pinned, mut joined) = (self.pin_limit, std::mem::take(&mut self.joined));
         let r = self.commit_gather_at(len, flags, timestamp, clock, |h: &[u8], b: &[u8]| {
             emit(join(&mut joined, h, b))
         });
         // What `emit` was given was copied before it returned.
-        (self.pinned, self.joined) = (pinned, joined);
+        (self.pin_limit, self.joined) = (pinned, joined);
         r
     }
 
@@ -613,12 +615,12 @@ impl PublisherCore {
             Some(t) => (flags | FLAG_TIMESTAMP, t),
             None => (flags, 0),
         };
-        let seq = self
+        let (seq, pos, span) = self
             .retained
-            .commit(len, flags, ts)
+            .commit_span(len, flags, ts)
             .ok_or(PublishError::NotClaimed { len })?;
         self.counters.messages_published += 1;
-        let sent = self.push_live(seq, &mut emit);
+        let sent = self.push_live(seq, pos, span, &mut emit);
         if sent > 0 {
             self.sent(sent, clock());
         }
@@ -630,10 +632,13 @@ impl PublisherCore {
     /// the window, and sends a message too large for one datagram as
     /// fragments. Returns datagrams sent.
     #[inline]
-    fn push_live<E: FnMut(&[u8], &[u8])>(&mut self, seq: u64, emit: &mut E) -> u64 {
-        let Some((pos, span)) = self.retained.wire_span(seq) else {
-            return 0;
-        };
+    fn push_live<E: FnMut(&[u8], &[u8])>(
+        &mut self,
+        seq: u64,
+        pos: u64,
+        span: std::ops::Range<usize>,
+        emit: &mut E,
+    ) -> u64 {
         let need = span.len();
         if DATAGRAM_HEADER_LEN + need > self.limits.max_datagram {
             let mut sent = self.flush_run(emit);
@@ -680,7 +685,9 @@ impl PublisherCore {
         }
         .encode(&mut self.run_head);
         emit(&self.run_head, self.retained.bytes(body));
-        self.pinned.get_or_insert(self.run_pos);
+        self.pin_limit = self
+            .pin_limit
+            .min(self.run_pos + self.retained.size() as u64);
         self.run_count = 0;
         1
     }
@@ -689,17 +696,18 @@ impl PublisherCore {
     /// datagram a gathering method handed out since the last
     /// [`release`](Self::release): the driver must send what it queued
     /// (and release) first.
+    /// (It may say so a little early: it bounds the claim's reach by
+    /// twice its size rather than placing it.)
     #[inline]
     pub fn claim_reuses_pinned(&self, len: usize) -> bool {
-        self.pinned
-            .is_some_and(|p| p < self.retained.claim_overwrites_below(len))
+        self.retained.head() + 2 * (HEADER_LEN + len) as u64 > self.pin_limit
     }
 
     /// The driver has sent every datagram a gathering method handed out:
     /// nothing points into the retained window any more.
     #[inline]
     pub fn release(&mut self) {
-        self.pinned = None;
+        self.pin_limit = u64::MAX;
     }
 
     /// Copies `payload` into the retained window and commits it.
@@ -716,10 +724,10 @@ impl PublisherCore {
 
     /// Sends the pending datagram now, if messages wait in it.
     pub fn flush<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
-        let (pinned, mut joined) = (self.pinned, std::mem::take(&mut self.joined));
+        let (pinned, mut joined) = (self.pin_limit, std::mem::take(&mut self.joined));
         self.flush_gather(now, |h: &[u8], b: &[u8]| emit(join(&mut joined, h, b)));
         // What `emit` was given was copied before it returned.
-        (self.pinned, self.joined) = (pinned, joined);
+        (self.pin_limit, self.joined) = (pinned, joined);
     }
 
     /// [`flush`](Self::flush) for a gathering driver, as

@@ -23,8 +23,6 @@ struct Entry {
     /// payload follows it.
     at: usize,
     len: u32,
-    flags: u32,
-    timestamp: u64,
 }
 
 /// Messages `oldest..next`, with their payloads.
@@ -119,17 +117,17 @@ impl Retained {
         }
     }
 
-    /// The lowest monotonic position a claim of `len` bytes now would
-    /// overwrite: bytes at positions below it are overwritten.
+    /// Bytes in the arena.
     #[inline]
-    pub(crate) fn claim_overwrites_below(&self, len: usize) -> u64 {
-        let (pos, _) = self.place(len);
-        (pos + (HEADER_LEN + len) as u64).saturating_sub(self.arena.len() as u64)
+    pub(crate) fn size(&self) -> usize {
+        self.arena.len()
     }
 
     /// Monotonic position where the next message would start if it did not
-    /// skip the tail.
-    #[cfg(test)]
+    /// skip the tail. A claim of `len` bytes overwrites nothing at or above
+    /// `head + 2 * (HEADER_LEN + len) - size` (a skipped tail is shorter
+    /// than the message).
+    #[inline]
     pub(crate) fn head(&self) -> u64 {
         self.head
     }
@@ -137,8 +135,23 @@ impl Retained {
     /// Publishes the first `len` bytes of the claimed space, writing its
     /// message header in front of it; returns the new message's sequence,
     /// or `None` without a claim of at least `len`.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Option<u64> {
+        Some(self.commit_span(len, flags, timestamp)?.0)
+    }
+
+    /// Publishes the first `len` bytes of the claimed space, writing its
+    /// message header in front of it; returns the new message's sequence
+    /// and where it lies as it goes on the wire (header and payload): its
+    /// monotonic position and its arena range. `None` without a claim of
+    /// at least `len`.
+    #[inline]
+    pub(crate) fn commit_span(
+        &mut self,
+        len: usize,
+        flags: u32,
+        timestamp: u64,
+    ) -> Option<(u64, u64, std::ops::Range<usize>)> {
         let (pos, at, claimed) = self.claimed?;
         if len > claimed {
             return None;
@@ -160,14 +173,12 @@ impl Retained {
             pos,
             at,
             len: len as u32,
-            flags,
-            timestamp,
         };
         let end = at + HEADER_LEN + len;
         self.head = pos + (HEADER_LEN + len) as u64;
         self.head_at = if end == self.arena.len() { 0 } else { end };
         self.next += 1;
-        Some(seq)
+        Some((seq, pos, at..end))
     }
 
     /// Message `seq` and its payload, if retained.
@@ -178,18 +189,20 @@ impl Retained {
         }
         let e = &self.entries[(seq & self.mask) as usize];
         let start = e.at + HEADER_LEN;
+        // The flags and timestamp are the header's, as commit wrote it.
+        let head = &self.arena[e.at..start];
         let h = Header {
             seq,
             len: e.len,
-            flags: e.flags,
-            timestamp: e.timestamp,
+            flags: u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")),
+            timestamp: u64::from_le_bytes(head[16..24].try_into().expect("8 bytes")),
         };
         Some((h, &self.arena[start..start + e.len as usize]))
     }
 
     /// Where message `seq` lies as it goes on the wire (header and
     /// payload): its monotonic position and its arena range, if retained.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn wire_span(&self, seq: u64) -> Option<(u64, std::ops::Range<usize>)> {
         if seq < self.oldest || seq >= self.next {
             return None;
@@ -198,7 +211,7 @@ impl Retained {
         Some((e.pos, e.at..e.at + HEADER_LEN + e.len as usize))
     }
 
-    /// Arena bytes `range`, as [`wire_span`](Self::wire_span) gave them.
+    /// Arena bytes `range`, as [`commit_span`](Self::commit_span) gave them.
     #[inline]
     pub(crate) fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
         &self.arena[range]
@@ -300,13 +313,10 @@ mod tests {
         let (h, payload) = Header::decode(r.bytes(span2)).unwrap();
         assert_eq!((h.seq, payload), (2, &b"xyz"[..]));
         assert!(r.wire_span(3).is_none());
-        // What a claim would overwrite, before it does.
-        assert_eq!(r.claim_overwrites_below(100), 0);
-        let below = r.claim_overwrites_below(200);
         // 57 bytes used; 224 do not fit behind them: the claim starts at
-        // the next lap (position 256) and overwrites below 480 - 256.
-        assert_eq!(r.head(), 57);
-        assert_eq!(below, 224);
+        // the next lap (position 256) and overwrites below 480 - 256, within
+        // the bound `head` gives (57 + 2 * 224 - 256).
+        assert_eq!((r.head(), r.size()), (57, 256));
         r.claim(200);
         assert_eq!(r.oldest(), 0);
         assert!(r.get(1).is_none() && r.get(2).is_none());

@@ -7,7 +7,9 @@
 //! polled with `recvmmsg`, so one system call returns a batch of datagrams
 //! into buffers allocated once. Datagrams to the group are queued in a
 //! preallocated batch and leave with one `sendmmsg` when the batch is full
-//! or the stream flushes.
+//! or the stream flushes; a stream's new messages are queued as their
+//! datagram header and a pointer into the publisher's retained window, where
+//! they already lie as they go on the wire, so they are not copied.
 
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
