@@ -1236,15 +1236,20 @@ impl Config {
                     segment: Some(("stream", name.clone())),
                 });
             } else {
-                // The publisher's retained window: an index entry per
-                // message and the payload bytes, capped at 64 MiB.
-                let payload = cap.saturating_mul(max).min(64 << 20);
+                // The publisher's retained window: per message an index
+                // entry and the message header it keeps with the payload
+                // (as it goes on the wire), and the payload bytes, capped
+                // at 64 MiB; the bytes (headers and payload) are never
+                // fewer than two of the largest messages and a datagram.
+                let payload = cap.saturating_mul(max).min(64 << 20).max(max);
+                let floor = 2 * (max + header) + s.max_datagram as u64;
+                let window = cap.saturating_mul(header).saturating_add(payload);
                 out.push(Product {
                     key: format!("{key}.capacity"),
                     how: format!(
-                        "{key}.capacity {cap} x 24-byte index entries + {key}.capacity x {key}.max_message {max} bytes of payload (at most 64 MiB) = a retained window"
+                        "{key}.capacity {cap} x 48 bytes (index entry and message header) + {key}.capacity x {key}.max_message {max} bytes of payload (at most 64 MiB; headers and payload at least 2 x ({key}.max_message + 24) + {key}.max_datagram) = a retained window"
                     ),
-                    bytes: cap.saturating_mul(24).saturating_add(payload),
+                    bytes: cap.saturating_mul(24).saturating_add(window.max(floor)),
                     segment: None,
                 });
             }

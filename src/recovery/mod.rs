@@ -9,13 +9,14 @@
 //!
 //! | side | calls | callbacks get |
 //! | --- | --- | --- |
-//! | [`PublisherCore`] | `publish` / `claim`+`commit`, `flush`, `tick`, `close`, `on_datagram` (requests) | datagrams for the multicast group(s); replies for the requester |
+//! | [`PublisherCore`] | `publish` / `claim`+`commit` (or `commit_gather_at`, `flush_gather` for a gathering send), `flush`, `tick`, `close`, `on_datagram` (requests) | datagrams for the multicast group(s) (with the gathering methods, a header and a slice of the retained window); replies for the requester |
 //! | [`SubscriberCore`] | `on_datagram(Line, ..)` (data and replies), `tick` | events in stream order; requests for the publisher |
 //!
 //! The byte layout is in [`frame`] and docs/WIRE.md ("Datagram streams").
 //!
 //! Every buffer is allocated when a core is constructed: the publisher's
-//! retained window and two datagram buffers, the subscriber's reorder
+//! retained window (which keeps each message as it goes on the wire, so a
+//! datagram of new messages is a slice of it) and three datagram buffers, the subscriber's reorder
 //! window, reassembly buffers and request buffer. Publishing, receiving,
 //! requesting and retransmitting only index into them.
 //!

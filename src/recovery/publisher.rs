@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::frame::{
-    self, DropReason, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM, MAX_FRAGMENTS,
-    MIN_DATAGRAM,
+    self, DatagramHeader, DropReason, Frame, Kind, Limits, DATAGRAM_HEADER_LEN, MAX_DATAGRAM,
+    MAX_FRAGMENTS, MIN_DATAGRAM,
 };
 use super::mac::{Key, Mac};
 use super::packer::Packer;
@@ -27,8 +27,10 @@ use super::retained::Retained;
 use crate::error::ConfigError;
 use crate::wire::{FLAG_TIMESTAMP, HEADER_LEN, KNOWN_FLAGS};
 
-/// Settings of a [`PublisherCore`]. Memory: `retain_bytes` plus 24 bytes
-/// per retained message plus two datagrams, all allocated at construction.
+/// Settings of a [`PublisherCore`]. Memory: `retain_bytes` plus 48 bytes
+/// per retained message (its place in the table, and its message header,
+/// kept in the window as it goes on the wire) plus three datagrams, all
+/// allocated at construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublisherConfig {
     /// Identifier of the stream, carried in every datagram.
@@ -359,7 +361,28 @@ pub struct PublisherCore {
     heartbeat_ns: u64,
     limits: Limits,
     retained: Retained,
-    /// Datagram being filled with new messages.
+    /// The datagram being filled with new messages: messages
+    /// `run_first..run_first + run_count`, which lie back to back in the
+    /// retained window (arena bytes `run_start..run_end`, from monotonic
+    /// position `run_pos`) as they go on the wire, so the datagram is its
+    /// header and that slice, never copied into a datagram buffer.
+    run_first: u64,
+    run_count: u16,
+    run_start: usize,
+    run_end: usize,
+    run_pos: u64,
+    /// The header of the datagram `run_*` describes, written at flush.
+    run_head: [u8; DATAGRAM_HEADER_LEN],
+    /// The lowest monotonic window position of a datagram handed out by a
+    /// gathering method (`*_gather`) since the last
+    /// [`release`](Self::release), plus the window's size: a claim reaching
+    /// it would overwrite bytes the driver still points at. `u64::MAX`:
+    /// none handed out.
+    pin_limit: u64,
+    /// Joins a datagram's header and slice for the methods whose `emit`
+    /// takes one contiguous datagram.
+    joined: Box<[u8]>,
+    /// Fragments of messages too large for one datagram.
     live: Packer,
     /// Datagram being filled with resent messages; separate so that a
     /// request never flushes a half-full live datagram.
@@ -381,6 +404,29 @@ pub struct PublisherCore {
     recent_next: usize,
     /// `None` when `lossy_share_percent` is 0.
     lossy: Option<LossyShare>,
+}
+
+/// The retained window's arena: `retain_bytes` of payload plus a message
+/// header for each of `retain_messages`, and never less than two of the
+/// largest messages and a datagram, so that a claim never overwrites the
+/// datagram still being filled (it lies right behind the claim).
+fn window_bytes(cfg: &PublisherConfig) -> usize {
+    let largest = cfg.max_message + HEADER_LEN;
+    cfg.retain_bytes
+        .saturating_add(cfg.retain_messages.saturating_mul(HEADER_LEN))
+        .max(2 * largest + cfg.max_datagram)
+}
+
+/// `head` followed by `body`, in `buf` when `body` is not empty.
+#[inline]
+fn join<'a>(buf: &'a mut [u8], head: &'a [u8], body: &'a [u8]) -> &'a [u8] {
+    if body.is_empty() {
+        return head;
+    }
+    let n = head.len() + body.len();
+    buf[..head.len()].copy_from_slice(head);
+    buf[head.len()..n].copy_from_slice(body);
+    &buf[..n]
 }
 
 /// Where one reply datagram goes.
@@ -407,7 +453,15 @@ impl PublisherCore {
                 max_datagram: d,
                 max_message: cfg.max_message,
             },
-            retained: Retained::new(cfg.retain_messages, cfg.retain_bytes),
+            retained: Retained::new(cfg.retain_messages, window_bytes(cfg)),
+            run_first: 0,
+            run_count: 0,
+            run_start: 0,
+            run_end: 0,
+            run_pos: 0,
+            run_head: [0; DATAGRAM_HEADER_LEN],
+            pin_limit: u64::MAX,
+            joined: super::prefaulted(d),
             live: Packer::new(Kind::Data, cfg.stream_id, cfg.epoch, d),
             resend: Packer::new(Kind::Retransmit, cfg.stream_id, cfg.epoch, d),
             control: [0; DATAGRAM_HEADER_LEN],
@@ -527,6 +581,32 @@ impl PublisherCore {
         clock: C,
         mut emit: E,
     ) -> Result<u64, PublishError> {
+        let (pinned, mut joined) = (self.pin_limit, std::mem::take(&mut self.joined));
+        let r = self.commit_gather_at(len, flags, timestamp, clock, |h: &[u8], b: &[u8]| {
+            emit(join(&mut joined, h, b))
+        });
+        // What `emit` was given was copied before it returned.
+        (self.pin_limit, self.joined) = (pinned, joined);
+        r
+    }
+
+    /// [`commit_flagged_at`](Self::commit_flagged_at) for a driver that
+    /// sends a datagram from two pieces (`emit(head, body)`: the datagram
+    /// is `head` followed by `body`) with a gathering send: `body` is the
+    /// retained window's own bytes, which stay unchanged while retained.
+    /// A driver that keeps pointing at them after `emit` returns (a queued
+    /// `sendmmsg`) sends them before a claim would overwrite them
+    /// ([`claim_reuses_pinned`](Self::claim_reuses_pinned)) and then calls
+    /// [`release`](Self::release).
+    #[inline]
+    pub fn commit_gather_at<E: FnMut(&[u8], &[u8]), C: FnOnce() -> u64>(
+        &mut self,
+        len: usize,
+        flags: u32,
+        timestamp: Option<u64>,
+        clock: C,
+        mut emit: E,
+    ) -> Result<u64, PublishError> {
         if self.closed {
             return Err(PublishError::Closed);
         }
@@ -535,18 +615,99 @@ impl PublisherCore {
             Some(t) => (flags | FLAG_TIMESTAMP, t),
             None => (flags, 0),
         };
-        let seq = self
+        let (seq, pos, span) = self
             .retained
-            .commit(len, flags, ts)
+            .commit_span(len, flags, ts)
             .ok_or(PublishError::NotClaimed { len })?;
         self.counters.messages_published += 1;
-        if let Some((h, payload)) = self.retained.get(seq) {
-            let sent = self.live.push(&h, payload, &mut emit);
-            if sent > 0 {
-                self.sent(sent, clock());
-            }
+        let sent = self.push_live(seq, pos, span, &mut emit);
+        if sent > 0 {
+            self.sent(sent, clock());
         }
         Ok(seq)
+    }
+
+    /// Adds message `seq`, just committed, to the pending datagram; sends
+    /// that first when the message does not fit or does not follow on in
+    /// the window, and sends a message too large for one datagram as
+    /// fragments. Returns datagrams sent.
+    #[inline]
+    fn push_live<E: FnMut(&[u8], &[u8])>(
+        &mut self,
+        seq: u64,
+        pos: u64,
+        span: std::ops::Range<usize>,
+        emit: &mut E,
+    ) -> u64 {
+        let need = span.len();
+        if DATAGRAM_HEADER_LEN + need > self.limits.max_datagram {
+            let mut sent = self.flush_run(emit);
+            if let Some((h, payload)) = self.retained.get(seq) {
+                sent += self.live.push(&h, payload, &mut |d: &[u8]| emit(d, &[]));
+            }
+            return sent;
+        }
+        let mut sent = 0;
+        if self.run_count > 0
+            && (DATAGRAM_HEADER_LEN + (self.run_end - self.run_start) + need
+                > self.limits.max_datagram
+                || seq != self.run_first + self.run_count as u64
+                || span.start != self.run_end
+                || self.run_count == u16::MAX)
+        {
+            sent = self.flush_run(emit);
+        }
+        if self.run_count == 0 {
+            self.run_first = seq;
+            self.run_start = span.start;
+            self.run_pos = pos;
+        }
+        self.run_end = span.end;
+        self.run_count += 1;
+        sent
+    }
+
+    /// Sends the pending datagram, if any. Returns datagrams sent.
+    #[inline]
+    fn flush_run<E: FnMut(&[u8], &[u8])>(&mut self, emit: &mut E) -> u64 {
+        if self.run_count == 0 {
+            return 0;
+        }
+        let body = self.run_start..self.run_end;
+        DatagramHeader {
+            kind: Kind::Data,
+            count: self.run_count,
+            stream_id: self.stream_id,
+            length: (DATAGRAM_HEADER_LEN + body.len()) as u32,
+            epoch: self.epoch,
+            seq: self.run_first,
+            arg: 0,
+        }
+        .encode(&mut self.run_head);
+        emit(&self.run_head, self.retained.bytes(body));
+        self.pin_limit = self
+            .pin_limit
+            .min(self.run_pos + self.retained.size() as u64);
+        self.run_count = 0;
+        1
+    }
+
+    /// Whether a claim of `len` bytes now would overwrite bytes of a
+    /// datagram a gathering method handed out since the last
+    /// [`release`](Self::release): the driver must send what it queued
+    /// (and release) first.
+    /// (It may say so a little early: it bounds the claim's reach by
+    /// twice its size rather than placing it.)
+    #[inline]
+    pub fn claim_reuses_pinned(&self, len: usize) -> bool {
+        self.retained.head() + 2 * (HEADER_LEN + len) as u64 > self.pin_limit
+    }
+
+    /// The driver has sent every datagram a gathering method handed out:
+    /// nothing points into the retained window any more.
+    #[inline]
+    pub fn release(&mut self) {
+        self.pin_limit = u64::MAX;
     }
 
     /// Copies `payload` into the retained window and commits it.
@@ -563,7 +724,17 @@ impl PublisherCore {
 
     /// Sends the pending datagram now, if messages wait in it.
     pub fn flush<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
-        let sent = self.live.flush(&mut emit);
+        let (pinned, mut joined) = (self.pin_limit, std::mem::take(&mut self.joined));
+        self.flush_gather(now, |h: &[u8], b: &[u8]| emit(join(&mut joined, h, b)));
+        // What `emit` was given was copied before it returned.
+        (self.pin_limit, self.joined) = (pinned, joined);
+    }
+
+    /// [`flush`](Self::flush) for a gathering driver, as
+    /// [`commit_gather_at`](Self::commit_gather_at).
+    #[inline]
+    pub fn flush_gather<E: FnMut(&[u8], &[u8])>(&mut self, now: u64, mut emit: E) {
+        let sent = self.flush_run(&mut emit);
         self.sent(sent, now);
     }
 
@@ -846,6 +1017,7 @@ impl PublisherCore {
     #[cfg(test)]
     pub(crate) fn buffers(&self) -> Vec<(usize, usize)> {
         let mut v = self.retained.buffers().to_vec();
+        v.push((self.joined.as_ptr() as usize, self.joined.len()));
         v.push(self.live.buffer());
         v.push(self.resend.buffer());
         v
@@ -882,6 +1054,108 @@ mod tests {
         let mut b = [0u8; DATAGRAM_HEADER_LEN];
         frame::encode_control(&mut b, Kind::Request, 5, epoch, from, count);
         b
+    }
+
+    /// The messages (header and payload) of data and retransmit datagrams.
+    fn messages(out: &[Vec<u8>]) -> Vec<(crate::wire::Header, Vec<u8>)> {
+        let mut v = Vec::new();
+        for d in out {
+            if let Frame::Messages { messages, .. } = decode(d, &limits()).unwrap().frame {
+                v.extend(messages.map(|(h, p)| (h, p.to_vec())));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn gathered_datagrams_and_their_retransmissions_carry_the_same_bytes_after_the_window_wrapped()
+    {
+        // A small window: 8 messages, its arena wraps every few datagrams.
+        let mut p = PublisherCore::new(&config()).unwrap();
+        let mut live: Vec<Vec<u8>> = Vec::new();
+        let body = |seq: u64| -> Vec<u8> {
+            (0..(seq as usize * 7) % 50)
+                .map(|i| (i as u64 ^ seq) as u8)
+                .collect()
+        };
+        for seq in 1..=200u64 {
+            let m = body(seq);
+            p.claim(m.len()).unwrap().copy_from_slice(&m);
+            // What a gathering driver sends: the head, then the window's
+            // bytes, copied here as the kernel would.
+            let ts = (seq % 3 == 0).then_some(seq * 1000);
+            let got = p
+                .commit_gather_at(
+                    m.len(),
+                    0,
+                    ts,
+                    || 1,
+                    |h: &[u8], b: &[u8]| live.push([h, b].concat()),
+                )
+                .unwrap();
+            assert_eq!(got, seq);
+            if seq % 16 == 0 {
+                p.flush_gather(2, |h: &[u8], b: &[u8]| live.push([h, b].concat()));
+                p.release();
+            }
+        }
+        p.flush_gather(3, |h: &[u8], b: &[u8]| live.push([h, b].concat()));
+        let sent = messages(&live);
+        assert_eq!(
+            sent.iter().map(|(h, _)| h.seq).collect::<Vec<_>>(),
+            (1..=200).collect::<Vec<_>>()
+        );
+        for (h, payload) in &sent {
+            assert_eq!(payload, &body(h.seq), "message {}", h.seq);
+            assert_eq!(h.len as usize, payload.len());
+            let ts = (h.seq % 3 == 0).then_some(h.seq * 1000);
+            assert_eq!(h.timestamp, ts.unwrap_or(0));
+            assert_eq!(h.flags & FLAG_TIMESTAMP != 0, ts.is_some());
+        }
+        assert!(live.iter().all(|d| d.len() <= 256));
+        // The retained ones, asked for again: the same headers and bytes.
+        let oldest = p.oldest_retained();
+        assert!(oldest > 150, "{oldest}");
+        let mut again: Vec<Vec<u8>> = Vec::new();
+        p.on_datagram(&request(oldest, 201 - oldest, 77), 4, |d| {
+            again.push(d.to_vec())
+        })
+        .unwrap();
+        let resent = messages(&again);
+        assert_eq!(resent.len() as u64, 201 - oldest);
+        for m in &resent {
+            assert_eq!(Some(m), sent.iter().find(|(h, _)| h.seq == m.0.seq));
+        }
+    }
+
+    #[test]
+    fn a_claim_that_would_overwrite_gathered_bytes_is_told_until_released() {
+        let mut p = PublisherCore::new(&config()).unwrap();
+        let publish = |p: &mut PublisherCore, len: usize| {
+            p.claim(len).unwrap().fill(1);
+            p.commit_gather_at(len, 0, None, || 1, |_: &[u8], _: &[u8]| {})
+                .unwrap();
+        };
+        assert!(!p.claim_reuses_pinned(4000));
+        publish(&mut p, 100);
+        // Nothing handed out yet: the pending datagram is the core's own.
+        assert!(!p.claim_reuses_pinned(4000));
+        p.flush_gather(1, |_: &[u8], _: &[u8]| {});
+        // The driver may still point at it: a claim reaching it says so.
+        assert!(!p.claim_reuses_pinned(100));
+        let mut len = 100;
+        while !p.claim_reuses_pinned(4000) {
+            publish(&mut p, len);
+            len = 1000;
+        }
+        p.release();
+        assert!(!p.claim_reuses_pinned(4000));
+        // The contiguous methods copy before `emit` returns: nothing pinned.
+        p.flush(2, |_| {});
+        p.claim(10).unwrap();
+        p.commit(10, None, 3, |_| {}).unwrap();
+        p.flush(3, |_| {});
+        assert!(!p.claim_reuses_pinned(4000));
     }
 
     /// Sequences carried by each datagram, with its kind.

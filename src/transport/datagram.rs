@@ -3,7 +3,7 @@
 //! either are the same driver (the recovery core in [`crate::recovery`])
 //! over one or two links (lines A and B).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One multicast line: sends datagrams to its group or to one peer, and
 /// receives datagrams from either, each with the peer that sent it.
@@ -37,6 +37,31 @@ pub trait DatagramLink: Send {
     /// (full send queue) is counted and dropped by the link, never waited
     /// for: a stream does not stall its publisher.
     fn send_group(&mut self, bytes: &[u8]) -> Result<()>;
+
+    /// Whether the link sends [`send_group_retained`](Self::send_group_retained)'s
+    /// datagrams from the caller's bytes (a gathering send), keeping
+    /// pointers to them until [`flush`](Self::flush), instead of copying.
+    const GATHERS: bool = false;
+
+    /// Sends `head` followed by `body` to the group as one datagram, at
+    /// once or queued until [`flush`](Self::flush), as
+    /// [`send_group`](Self::send_group); a link with
+    /// [`GATHERS`](Self::GATHERS) sends `body` from where it lies. Links
+    /// without it answer with an error.
+    ///
+    /// # Safety
+    ///
+    /// `body` must stay valid and unchanged until the next `flush` returns
+    /// or the link is dropped, whichever comes first: a gathering link
+    /// reads it then.
+    unsafe fn send_group_retained(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
+        let _ = (head, body);
+        Err(Error::Protocol {
+            channel: "a datagram link".into(),
+            peer: "this publisher".into(),
+            reason: "the link cannot send a datagram in two pieces (it does not gather)".into(),
+        })
+    }
 
     /// Sends what `send_group` queued, for links that batch datagrams into
     /// one system call. A stream calls it when it flushes; a link that sends

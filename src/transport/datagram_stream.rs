@@ -78,6 +78,11 @@ pub struct DatagramPublisher<L: DatagramLink> {
     failed: Option<Error>,
     /// Seals every datagram sent, when the stream has a key.
     mac: Option<Mac>,
+    /// New messages' datagrams go to the lines in two pieces (header, and
+    /// the messages as the retained window holds them), sent from there:
+    /// the lines gather and the stream has no key (a sealed datagram is
+    /// one contiguous copy).
+    gather: bool,
 }
 
 impl<L: DatagramLink> DatagramPublisher<L> {
@@ -121,6 +126,7 @@ impl<L: DatagramLink> DatagramPublisher<L> {
             channel,
             autoflush: cfg.autoflush,
             failed: None,
+            gather: L::GATHERS && key.is_none(),
             mac: key.map(|k| Mac::new(k, max_datagram)),
         })
     }
@@ -172,12 +178,55 @@ fn send_all<L: DatagramLink>(
     }
 }
 
+/// Sends `head` followed by `body`, a new messages' datagram whose body
+/// lies in `core`'s retained window, on every line, keeping the first
+/// error.
+///
+/// # Safety
+///
+/// `body` is the retained window's, and the publisher flushes the lines
+/// (then releases the core) before a claim could overwrite it
+/// ([`PublisherCore::claim_reuses_pinned`]); the window is a box owned by
+/// the core, which the publisher drops only after the lines were flushed.
+#[inline]
+unsafe fn send_all_retained<L: DatagramLink>(
+    lines: &mut [L],
+    failed: &mut Option<Error>,
+    head: &[u8],
+    body: &[u8],
+) {
+    for l in lines.iter_mut() {
+        // SAFETY: the caller's contract, above.
+        if let Err(e) = unsafe { l.send_group_retained(head, body) } {
+            failed.get_or_insert(e);
+        }
+    }
+}
+
 /// Sends what the lines queued, keeping the first error.
 fn flush_all<L: DatagramLink>(lines: &mut [L], failed: &mut Option<Error>) {
     for l in lines.iter_mut() {
         if let Err(e) = l.flush() {
             failed.get_or_insert(e);
         }
+    }
+}
+
+impl<L: DatagramLink> DatagramPublisher<L> {
+    /// Sends the pending datagram and what the lines queued. After it
+    /// nothing points into the retained window.
+    fn flush_lines(&mut self, now: u64) {
+        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
+        if self.gather {
+            // SAFETY: the lines are flushed right below, before any claim.
+            self.core.flush_gather(now, |h, b| unsafe {
+                send_all_retained(lines, failed, h, b)
+            });
+        } else {
+            self.core.flush(now, |d| send_all(lines, failed, mac, d));
+        }
+        flush_all(lines, failed);
+        self.core.release();
     }
 }
 
@@ -192,6 +241,12 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
 
     #[inline]
     fn claim(&mut self, len: usize) -> Result<&mut [u8]> {
+        if self.core.claim_reuses_pinned(len) {
+            // Datagrams the lines queued point into the bytes this claim
+            // reuses: they leave first.
+            flush_all(&mut self.lines, &mut self.failed);
+            self.core.release();
+        }
         let channel = &self.channel;
         self.core.claim(len).map_err(|e| publish_error(channel, e))
     }
@@ -200,32 +255,37 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
     fn commit(&mut self, len: usize, flags: u32, timestamp: u64) -> Result<u64> {
         let ts = (flags & FLAG_TIMESTAMP != 0).then_some(timestamp);
         let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
-        let seq = self
-            .core
-            .commit_flagged_at(len, flags, ts, monotonic_ns, |d| {
-                send_all(lines, failed, mac, d)
-            })
-            .map_err(|e| publish_error(&self.channel, e))?;
-        if self.autoflush {
+        let seq = if self.gather {
+            // SAFETY: `claim` flushes the lines before it reuses what they
+            // point at; `flush_lines` and `Drop` flush them too.
             self.core
-                .flush(monotonic_ns(), |d| send_all(lines, failed, mac, d));
-            flush_all(lines, failed);
+                .commit_gather_at(len, flags, ts, monotonic_ns, |h, b| unsafe {
+                    send_all_retained(lines, failed, h, b)
+                })
+        } else {
+            self.core
+                .commit_flagged_at(len, flags, ts, monotonic_ns, |d| {
+                    send_all(lines, failed, mac, d)
+                })
+        }
+        .map_err(|e| publish_error(&self.channel, e))?;
+        if self.autoflush {
+            self.flush_lines(monotonic_ns());
         }
         self.take_failure()?;
         Ok(seq)
     }
 
     fn flush(&mut self) -> Result<()> {
-        let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
-        self.core
-            .flush(monotonic_ns(), |d| send_all(lines, failed, mac, d));
-        flush_all(lines, failed);
+        self.flush_lines(monotonic_ns());
         self.take_failure()
     }
 
     fn service(&mut self) -> Result<()> {
         let now = monotonic_ns();
+        self.flush_lines(now);
         let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
+        // Heartbeats (the pending datagram left above).
         self.core.tick(now, |d| send_all(lines, failed, mac, d));
         flush_all(lines, failed);
         for i in 0..self.lines.len() {
@@ -284,6 +344,9 @@ impl<L: DatagramLink> StreamSend for DatagramPublisher<L> {
 
 impl<L: DatagramLink> Drop for DatagramPublisher<L> {
     fn drop(&mut self) {
+        // What the lines queued leaves before the window it points into is
+        // dropped.
+        self.flush_lines(monotonic_ns());
         let (lines, failed, mac) = (&mut self.lines, &mut self.failed, &mut self.mac);
         self.core
             .close(monotonic_ns(), |d| send_all(lines, failed, mac, d));
@@ -867,5 +930,55 @@ mod udp_tests {
         assert_eq!(next - 1, total, "{c:?} {:?}", p.counters());
         assert!(s.lines[0].lost > 0);
         assert!(c.recovered > 0, "{c:?}");
+    }
+
+    #[test]
+    fn a_window_smaller_than_the_send_batch_never_sends_overwritten_bytes() {
+        // 32 messages of 32 bytes retained: the window (1 792 bytes) holds
+        // 32 messages with their headers, little more than one datagram
+        // (25), while the line queues up to 32 datagrams that point into
+        // it until a flush.
+        let cfg = StreamConfig {
+            max_message: 32,
+            capacity: 32,
+            autoflush: false,
+            ..StreamConfig::default()
+        };
+        let (mut p, mut s) = lossy_pair("w", 46, &cfg, u64::MAX);
+        assert!(p.gather);
+        let body = |seq: u64| -> [u8; 32] {
+            let mut b = [0u8; 32];
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = (seq as u8).wrapping_mul(31) ^ i as u8;
+            }
+            b
+        };
+        let total = 3_000u64;
+        let mut next = 1u64;
+        let take = |s: &mut DatagramSubscriber<Lossy>, next: &mut u64| {
+            s.poll(256, &mut |e| match e {
+                Event::Message(m) => {
+                    assert_eq!(m.seq(), *next);
+                    assert_eq!(m.payload(), body(*next), "message {next}");
+                    *next += 1;
+                }
+                other => panic!("unexpected {other:?} at {next}"),
+            })
+            .unwrap();
+        };
+        for seq in 1..=total {
+            p.claim(32).unwrap().copy_from_slice(&body(seq));
+            p.commit(32, 0, 0).unwrap();
+            take(&mut s, &mut next);
+        }
+        p.flush().unwrap();
+        for _ in 0..1_000_000 {
+            take(&mut s, &mut next);
+            if next > total {
+                break;
+            }
+        }
+        assert_eq!(next - 1, total, "{:?}", s.counters());
+        assert_eq!(s.counters().recovered, 0);
     }
 }

@@ -7,7 +7,9 @@
 //! polled with `recvmmsg`, so one system call returns a batch of datagrams
 //! into buffers allocated once. Datagrams to the group are queued in a
 //! preallocated batch and leave with one `sendmmsg` when the batch is full
-//! or the stream flushes.
+//! or the stream flushes; a stream's new messages are queued as their
+//! datagram header and a pointer into the publisher's retained window, where
+//! they already lie as they go on the wire, so they are not copied.
 
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -153,10 +155,15 @@ impl RxBatch {
 }
 
 /// Preallocated `sendmmsg` state: datagrams to the group queued until the
-/// batch is full or the stream flushes.
+/// batch is full or the stream flushes. Each datagram has two iovecs: its
+/// slot (a whole datagram copied there, or only the head of one), and, for a
+/// datagram sent in two pieces, the caller's bytes that follow the head,
+/// which the caller keeps unchanged until the batch is sent.
 struct TxBatch {
     bufs: Box<[u8]>,
     slot: usize,
+    /// Two per datagram: `iov[2 * i]` is slot `i`, `iov[2 * i + 1]` the
+    /// caller's bytes when there are any.
     iov: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
     /// Boxed so the headers' pointer to it stays valid when the batch moves.
@@ -171,7 +178,7 @@ impl TxBatch {
             slot,
             // SAFETY: iovec, mmsghdr and sockaddr_in are plain C structs for
             // which all-zero is a valid value.
-            iov: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            iov: (0..2 * BATCH).map(|_| unsafe { zeroed() }).collect(),
             // SAFETY: as above.
             hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             // SAFETY: as above.
@@ -182,8 +189,8 @@ impl TxBatch {
         b.group.sin_port = group.port().to_be();
         b.group.sin_addr.s_addr = u32::from(*group.ip()).to_be();
         for i in 0..BATCH {
-            b.iov[i].iov_base = b.bufs[i * slot..].as_mut_ptr().cast();
-            b.hdrs[i].msg_hdr.msg_iov = &mut b.iov[i];
+            b.iov[2 * i].iov_base = b.bufs[i * slot..].as_mut_ptr().cast();
+            b.hdrs[i].msg_hdr.msg_iov = &mut b.iov[2 * i];
             b.hdrs[i].msg_hdr.msg_iovlen = 1;
             b.hdrs[i].msg_hdr.msg_name = (&mut *b.group as *mut libc::sockaddr_in).cast();
             b.hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
@@ -191,12 +198,35 @@ impl TxBatch {
         b
     }
 
-    /// Copies `bytes` into the next slot; true when the batch is now full.
+    /// Copies `bytes` (at most a slot) into the next slot; true when the
+    /// batch is now full.
     #[inline]
     fn push(&mut self, bytes: &[u8]) -> bool {
         let i = self.queued;
         self.bufs[i * self.slot..i * self.slot + bytes.len()].copy_from_slice(bytes);
-        self.iov[i].iov_len = bytes.len();
+        self.iov[2 * i].iov_len = bytes.len();
+        self.hdrs[i].msg_hdr.msg_iovlen = 1;
+        self.queued += 1;
+        self.queued == BATCH
+    }
+
+    /// Queues `head` (copied into the next slot; at most a slot) followed
+    /// by `body`, which is sent from where it lies; true when the batch is
+    /// now full.
+    ///
+    /// # Safety
+    ///
+    /// `body` stays valid and unchanged until the next [`send`](Self::send)
+    /// returns or the batch is dropped.
+    #[inline]
+    unsafe fn push_parts(&mut self, head: &[u8], body: &[u8]) -> bool {
+        let i = self.queued;
+        self.bufs[i * self.slot..i * self.slot + head.len()].copy_from_slice(head);
+        self.iov[2 * i].iov_len = head.len();
+        // The kernel only reads through it (sendmmsg).
+        self.iov[2 * i + 1].iov_base = body.as_ptr().cast_mut().cast();
+        self.iov[2 * i + 1].iov_len = body.len();
+        self.hdrs[i].msg_hdr.msg_iovlen = 2;
         self.queued += 1;
         self.queued == BATCH
     }
@@ -208,8 +238,9 @@ impl TxBatch {
         let mut dropped = 0;
         while sent < self.queued {
             // SAFETY: `hdrs[sent..queued]` point at buffers, iovecs and the
-            // group address owned by `self`, which outlive the call;
-            // MSG_DONTWAIT makes it non-blocking.
+            // group address owned by `self`, which outlive the call, and at
+            // the bytes `push_parts` was given, which its callers keep valid
+            // until this returns; MSG_DONTWAIT makes it non-blocking.
             let r = unsafe {
                 libc::sendmmsg(
                     fd,
@@ -378,7 +409,18 @@ impl UdpLink {
 
     #[inline]
     fn send(&mut self, bytes: &[u8], to: &SockAddr) -> Result<()> {
-        match self.uni.send_to(bytes, to) {
+        self.send_parts(bytes, &[], to)
+    }
+
+    /// Sends `head` followed by `body` as one datagram to `to`, now.
+    fn send_parts(&mut self, head: &[u8], body: &[u8], to: &SockAddr) -> Result<()> {
+        let sent = if body.is_empty() {
+            self.uni.send_to(head, to)
+        } else {
+            let parts = [std::io::IoSlice::new(head), std::io::IoSlice::new(body)];
+            self.uni.send_to_vectored(&parts, to)
+        };
+        match sent {
             Ok(_) => Ok(()),
             Err(e)
                 if matches!(
@@ -424,6 +466,28 @@ impl DatagramLink for UdpLink {
             return self.send(bytes, &group);
         }
         if self.tx.push(bytes) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    const GATHERS: bool = true;
+
+    #[inline]
+    unsafe fn send_group_retained(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
+        if body.is_empty() {
+            return self.send_group(head);
+        }
+        if head.len() > self.tx.slot || head.len() + body.len() > self.tx.slot {
+            // Larger than the link's datagrams: sent on its own, where the
+            // kernel gives it a clear error.
+            self.flush()?;
+            let group = self.group.clone();
+            return self.send_parts(head, body, &group);
+        }
+        // SAFETY: the caller keeps `body` unchanged until the next flush,
+        // which sends the batch (this trait method's contract).
+        if unsafe { self.tx.push_parts(head, body) } {
             self.flush()?;
         }
         Ok(())
@@ -629,6 +693,48 @@ mod tests {
         p.flush().unwrap();
         take(&mut s, total, &mut got);
         assert_eq!(got, (0..total as u32).collect::<Vec<_>>());
+        assert_eq!(p.dropped(), 0);
+    }
+
+    #[test]
+    fn datagrams_in_two_pieces_leave_whole_and_in_order_with_copied_ones() {
+        let line = loopback_line(10);
+        let mut p = UdpLink::publisher("stream `g`", &line, 1472).unwrap();
+        let mut s = UdpLink::subscriber("stream `g`", &line, 1472).unwrap();
+        // The bodies stay put until the flush, as the contract asks.
+        let bodies: Vec<Vec<u8>> = (0..BATCH as u8 + 3)
+            .map(|i| vec![i; 50 + i as usize])
+            .collect();
+        let mut want = Vec::new();
+        for (i, b) in bodies.iter().enumerate() {
+            let head = [0xa0 | (i as u8 & 0xf); 24];
+            if i % 5 == 4 {
+                // A copied one, between the gathered ones.
+                let whole = [&head[..], b].concat();
+                p.send_group(&whole).unwrap();
+                want.push(whole);
+            } else {
+                // SAFETY: `bodies` is neither changed nor dropped before
+                // the flush below.
+                unsafe { p.send_group_retained(&head, b) }.unwrap();
+                want.push([&head[..], b].concat());
+            }
+        }
+        p.flush().unwrap();
+        // A body too large for the link's datagrams: sent alone, refused
+        // by the kernel as too long, and reported.
+        let big = vec![7u8; 70_000];
+        // SAFETY: `big` outlives the call, which sends at once.
+        let e = unsafe { p.send_group_retained(&[1; 24], &big) }.unwrap_err();
+        assert!(e.to_string().contains("send"), "{e}");
+        let mut got: Vec<Vec<u8>> = vec![];
+        for _ in 0..1_000_000 {
+            s.poll(64, &mut |_, b: &[u8]| got.push(b.to_vec())).unwrap();
+            if got.len() >= want.len() {
+                break;
+            }
+        }
+        assert_eq!(got, want);
         assert_eq!(p.dropped(), 0);
     }
 }
