@@ -270,11 +270,24 @@ impl Session {
         }
     }
 
+    /// `poll_wait`'s block: as `wait_for_data`, but may outlast `timeout`
+    /// once a stop ends blocks at once (see `SessionEnd::wait_idle`).
+    fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match with_end!(&mut self.inner, t => t.wait_idle(timeout)) {
+            Ok(woke) => Ok(woke),
+            Err(e) => Err(self.count_error(e)),
+        }
+    }
+
     /// [`poll`](Self::poll), then, when `wait` says the session has been
     /// quiet long enough, [`wait_for_data`](Self::wait_for_data) for at
     /// most its `max_block`. Returns what the poll delivered. A loop of
     /// these spins while messages flow and sleeps when they stop; each call
-    /// returns within `max_block`, so the loop can check a stop flag.
+    /// returns within `max_block`, so the loop can check a stop flag. After
+    /// [`wake_on_stop`](crate::wait::wake_on_stop) an idle RDMA RC session
+    /// sleeps until its next keep-alive instead (at most
+    /// [`LONG_BLOCK`](crate::wait::LONG_BLOCK)), and
+    /// [`stop_waits`](crate::wait::stop_waits) ends the sleep at once.
     #[inline]
     pub fn poll_wait<F: FnMut(Message<'_>)>(
         &mut self,
@@ -283,7 +296,7 @@ impl Session {
     ) -> Result<usize> {
         let n = self.poll(f)?;
         if let Some(limit) = wait.after_poll(n) {
-            let event = self.wait_for_data(limit)?;
+            let event = self.wait_idle(limit)?;
             wait.woke(event);
         }
         Ok(n)

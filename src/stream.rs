@@ -92,6 +92,21 @@ impl SubscriberImpl {
         }
     }
 
+    /// `poll_wait`'s block: as `wait_for_data`, but a datagram stream may
+    /// sleep past `timeout` until its recovery's next timer once a stop
+    /// ends blocks at once (see `DatagramSubscriber::wait_idle`).
+    fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match self {
+            SubscriberImpl::Udp(t) => t.wait_idle(timeout),
+            SubscriberImpl::Ud(t) => t.wait_idle(timeout),
+            SubscriberImpl::Replay(r) => match r.live_mut() {
+                Some(live) => live.wait_idle(timeout),
+                None => Ok(true),
+            },
+            SubscriberImpl::Shm(_) => self.wait_for_data(timeout),
+        }
+    }
+
     /// Polls the transport (the archive, for a replay).
     #[inline]
     pub(crate) fn poll_events<F: FnMut(Event<'_>)>(
@@ -651,7 +666,12 @@ impl Subscriber {
     /// quiet long enough, [`wait_for_data`](Self::wait_for_data) for at
     /// most its `max_block`. Returns what the poll delivered. A loop of
     /// these spins while traffic flows and sleeps when it stops; each call
-    /// returns within `max_block`, so the loop can check a stop flag.
+    /// returns within `max_block`, so the loop can check a stop flag. After
+    /// [`wake_on_stop`](crate::wait::wake_on_stop) an idle UDP or RDMA UD
+    /// subscriber sleeps until its recovery's next timer instead (a
+    /// request due, or the publisher's silence to report; at most
+    /// [`LONG_BLOCK`](crate::wait::LONG_BLOCK)), and
+    /// [`stop_waits`](crate::wait::stop_waits) ends the sleep at once.
     #[inline]
     pub fn poll_wait<F: FnMut(Event<'_>)>(
         &mut self,
@@ -666,7 +686,7 @@ impl Subscriber {
             f(e)
         })?;
         if let Some(limit) = wait.after_poll(events) {
-            let event = self.wait_for_data(limit)?;
+            let event = self.inner.wait_idle(limit)?;
             wait.woke(event);
         }
         Ok(n)

@@ -293,6 +293,12 @@ pub struct Adaptive {
     stats: AdaptiveStats,
 }
 
+/// The longest block of a transport that sleeps past `adaptive_max_block`
+/// once [`stop_waits`] can end it (an idle RDMA RC session, a datagram
+/// subscriber): bounds how late it sees what raises no event (an RC
+/// peer's close, a disconnect) and its own timers' slack.
+pub const LONG_BLOCK: Duration = Duration::from_secs(1);
+
 /// Empty polls after an event before the wait blocks again (fewer when
 /// `spin_polls` is smaller).
 const WAKE_POLLS: u32 = 8;

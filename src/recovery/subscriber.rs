@@ -496,6 +496,20 @@ impl SubscriberCore {
         self.next_deadline
     }
 
+    /// The earliest time [`tick`](Self::tick) has anything to do: a
+    /// request, a loss to report, or the publisher's silence to report
+    /// (`u64::MAX` when nothing can come due). An idle driver that sleeps
+    /// past [`next_deadline`](Self::next_deadline) sleeps until then at
+    /// most.
+    pub fn wake_deadline(&self) -> u64 {
+        let silence = if self.epoch.is_none() || self.down_reported || self.end_reported {
+            NEVER
+        } else {
+            self.last_heard.saturating_add(self.publisher_timeout_ns)
+        };
+        self.next_deadline.min(silence)
+    }
+
     /// Call regularly: sends requests and repeats that are due, gives up
     /// messages whose retries ran out, and reports a silent publisher
     /// (once per silence).
@@ -1466,6 +1480,31 @@ mod tests {
         // Nothing more is asked for.
         t.tick(10_000 * US);
         assert_eq!(t.requests.len(), 1);
+    }
+
+    /// What an idle driver may sleep until: nothing before the first
+    /// datagram, the publisher's silence once one was heard, an earlier
+    /// request when a gap is pending, nothing once the silence was
+    /// reported.
+    #[test]
+    fn the_wake_deadline_is_the_next_request_or_the_publishers_silence() {
+        let ms = 1_000 * US;
+        let mut t = T::new(config());
+        assert_eq!(t.sub.wake_deadline(), u64::MAX, "nothing heard");
+        t.feed(Line::A, &data(1, 1, 1, false), ms).unwrap();
+        assert_eq!(t.sub.wake_deadline(), 6 * ms, "heard at 1 ms, 5 ms timeout");
+        t.feed(Line::A, &data(1, 3, 1, false), 2 * ms).unwrap();
+        assert_eq!(
+            t.sub.wake_deadline(),
+            2 * ms + 10 * US,
+            "the request after nak_delay"
+        );
+        t.tick(2 * ms + 10 * US);
+        assert_eq!(t.requests, vec![(2, 3)]);
+        assert_eq!(t.sub.wake_deadline(), t.sub.next_deadline().min(7 * ms));
+        t.tick(7 * ms);
+        assert!(t.take().contains(&Ev::Down(3)), "the silence reported");
+        assert_eq!(t.sub.wake_deadline(), t.sub.next_deadline());
     }
 
     #[test]

@@ -480,6 +480,20 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
     /// socket is readable. At once false when the links have no event
     /// source.
     pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.block(timeout, false)
+    }
+
+    /// As [`wait_for_data`](Self::wait_for_data), for adaptive waiting's
+    /// block: once [`stop_waits`](crate::wait::stop_waits) can end it, an
+    /// idle subscriber sleeps until the recovery's next timer (a request
+    /// due, or the publisher's silence to report), at most
+    /// [`LONG_BLOCK`](crate::wait::LONG_BLOCK), instead of `timeout`: the
+    /// publisher's heartbeats then wake it, not the clock.
+    pub fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.block(timeout, true)
+    }
+
+    fn block(&mut self, timeout: std::time::Duration, idle: bool) -> Result<bool> {
         if self.epoll.is_none() {
             let mut fds = Vec::with_capacity(2 * self.lines.len());
             for l in &self.lines {
@@ -504,8 +518,14 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
         if armed {
             return Ok(false);
         }
-        let due = self.core.next_deadline().saturating_sub(monotonic_ns());
-        let timeout = timeout.min(std::time::Duration::from_nanos(due));
+        let now = monotonic_ns();
+        let timeout = if idle && crate::wait::stop_wakes() {
+            let due = self.core.wake_deadline().saturating_sub(now);
+            std::time::Duration::from_nanos(due).min(crate::wait::LONG_BLOCK)
+        } else {
+            let due = self.core.next_deadline().saturating_sub(now);
+            timeout.min(std::time::Duration::from_nanos(due))
+        };
         let ep = self.epoll.as_ref().expect("made above");
         let woke = ep
             .wait(timeout)

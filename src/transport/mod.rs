@@ -82,6 +82,13 @@ pub trait SessionEnd: Send {
         crate::wait::nap(timeout.min(crate::wait::NAP));
         Ok(false)
     }
+    /// As [`wait_for_data`](Self::wait_for_data), for a loop that only
+    /// waits for data (adaptive waiting's block): once
+    /// [`stop_waits`](crate::wait::stop_waits) can end a block, a
+    /// transport may sleep past `timeout` until its own next timer.
+    fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.wait_for_data(timeout)
+    }
     /// Marks this end closed so the peer learns it.
     fn close(&mut self);
 }

@@ -394,7 +394,11 @@ impl SessionEnd for RcSession {
     }
 
     fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        self.sleep_for_data(timeout)
+        self.sleep_for_data(timeout, false)
+    }
+
+    fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.sleep_for_data(timeout, true)
     }
 
     #[inline]

@@ -24,14 +24,11 @@ use crate::config::SessionMode;
 use crate::error::Result;
 use crate::transport::verbs::cq::Slept;
 
-/// The longest sleep of a receiver whose blocks outlast
-/// `adaptive_max_block`: bounds how late it sees a peer's close (a word
-/// the peer writes, which raises no completion) or a disconnect.
-const LONG_BLOCK: Duration = Duration::from_secs(1);
-
 impl RcSession {
     /// See [`SessionEnd::wait_for_data`](crate::transport::SessionEnd::wait_for_data).
-    pub(super) fn sleep_for_data(&mut self, timeout: Duration) -> Result<bool> {
+    /// `idle`: the caller only waits for data (adaptive waiting's block),
+    /// so the sleep may outlast `timeout` (see `block_length`).
+    pub(super) fn sleep_for_data(&mut self, timeout: Duration, idle: bool) -> Result<bool> {
         // The liveness checks run at an idle-poll cadence, which a sleeping
         // receiver would stretch: they run before every sleep instead.
         self.idle_check();
@@ -42,7 +39,12 @@ impl RcSession {
         let slept = if self.mode == SessionMode::Write {
             Slept::NoChannel
         } else {
-            match self.recv_cq.sleep(self.block_length(timeout)) {
+            let length = if idle {
+                self.block_length(timeout)
+            } else {
+                timeout
+            };
+            match self.recv_cq.sleep(length) {
                 Ok(s) => s,
                 Err(e) => {
                     self.fail_os("waiting on the receive completion channel", e);
@@ -64,14 +66,14 @@ impl RcSession {
     /// How long one sleep on the channel lasts: `timeout`
     /// (`adaptive_max_block`), or, once [`stop_waits`](crate::wait::stop_waits)
     /// can end it, until the liveness checks are due (the next keep-alive),
-    /// at most [`LONG_BLOCK`]: an idle receiver then wakes about once per
+    /// at most [`LONG_BLOCK`](crate::wait::LONG_BLOCK): an idle receiver then wakes about once per
     /// `verbs.keepalive_interval` instead of once per `adaptive_max_block`.
     fn block_length(&self, timeout: Duration) -> Duration {
         if !crate::wait::stop_wakes() {
             return timeout;
         }
         self.next_timer(std::time::Instant::now())
-            .min(LONG_BLOCK)
+            .min(crate::wait::LONG_BLOCK)
             .max(timeout)
     }
 
