@@ -64,6 +64,21 @@ impl Latency {
         self.hist.saturating_record(v);
     }
 
+    /// Records `count` values of `ns` at once, as `count` calls of
+    /// [`Latency::record`] would. Never allocates.
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let v = if ns > self.max {
+            self.clamped += count;
+            self.max
+        } else {
+            ns.max(1)
+        };
+        self.hist.saturating_record_n(v, count);
+    }
+
     /// Values larger than the upper bound, recorded as the bound.
     pub fn clamped(&self) -> u64 {
         self.clamped
