@@ -429,8 +429,8 @@ impl Pipeline {
         match result {
             Ok(_) => {
                 self.run_streams |= 1 << stream.min(63);
+                // `messages_out` is their sum (`Pipeline::local`).
                 self.per_stream[stream] += 1;
-                self.local.messages_out += 1;
                 self.published_in_packet += 1;
             }
             Err(e) => {
@@ -547,6 +547,7 @@ impl Pipeline {
     /// The relay's own counters, with the pass-through's.
     pub fn local(&self) -> Local {
         let mut l = self.local;
+        l.messages_out = self.per_stream.iter().sum();
         if let Some(pt) = &self.passthrough {
             l.passthrough_packets = pt.packets;
             l.passthrough_errors = pt.errors;
