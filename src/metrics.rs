@@ -121,3 +121,37 @@ pub fn summarize(h: &Histogram<u64>) -> Summary {
         max: h.max(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `record_n(v, n)` is `n` calls of `record(v)`: the same histogram,
+    /// clamped count and percentiles, for 0 (recorded as 1), values in
+    /// range, values above the bound (clamped) and n = 0.
+    #[test]
+    fn record_n_is_n_records() {
+        let mut at_once = Latency::new(1_000_000);
+        let mut one_by_one = Latency::new(1_000_000);
+        for (v, n) in [
+            (0, 3),
+            (1, 1),
+            (2047, 5),
+            (2049, 2),
+            (999_999, 4),
+            (1_000_001, 3),
+            (u64::MAX, 2),
+            (77, 0),
+        ] {
+            at_once.record_n(v, n);
+            for _ in 0..n {
+                one_by_one.record(v);
+            }
+        }
+        assert_eq!(at_once.histogram(), one_by_one.histogram());
+        assert_eq!(at_once.histogram().len(), 20);
+        assert_eq!(at_once.clamped(), 5);
+        assert_eq!(at_once.clamped(), one_by_one.clamped());
+        assert_eq!(at_once.summary(), one_by_one.summary());
+    }
+}
