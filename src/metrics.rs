@@ -64,6 +64,21 @@ impl Latency {
         self.hist.saturating_record(v);
     }
 
+    /// Records `count` values of `ns` at once, as `count` calls of
+    /// [`Latency::record`] would. Never allocates.
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let v = if ns > self.max {
+            self.clamped += count;
+            self.max
+        } else {
+            ns.max(1)
+        };
+        self.hist.saturating_record_n(v, count);
+    }
+
     /// Values larger than the upper bound, recorded as the bound.
     pub fn clamped(&self) -> u64 {
         self.clamped
@@ -104,5 +119,39 @@ pub fn summarize(h: &Histogram<u64>) -> Summary {
         p999: h.value_at_quantile(0.999),
         p9999: h.value_at_quantile(0.9999),
         max: h.max(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `record_n(v, n)` is `n` calls of `record(v)`: the same histogram,
+    /// clamped count and percentiles, for 0 (recorded as 1), values in
+    /// range, values above the bound (clamped) and n = 0.
+    #[test]
+    fn record_n_is_n_records() {
+        let mut at_once = Latency::new(1_000_000);
+        let mut one_by_one = Latency::new(1_000_000);
+        for (v, n) in [
+            (0, 3),
+            (1, 1),
+            (2047, 5),
+            (2049, 2),
+            (999_999, 4),
+            (1_000_001, 3),
+            (u64::MAX, 2),
+            (77, 0),
+        ] {
+            at_once.record_n(v, n);
+            for _ in 0..n {
+                one_by_one.record(v);
+            }
+        }
+        assert_eq!(at_once.histogram(), one_by_one.histogram());
+        assert_eq!(at_once.histogram().len(), 20);
+        assert_eq!(at_once.clamped(), 5);
+        assert_eq!(at_once.clamped(), one_by_one.clamped());
+        assert_eq!(at_once.summary(), one_by_one.summary());
     }
 }

@@ -704,7 +704,9 @@ impl Publisher {
     /// [`Publisher::end_run`]; [`Publisher::published`] counts at once.
     /// Shared memory is written directly; other transports take the
     /// ordinary claim and commit.
-    #[inline]
+    // Always: a caller that inlines its per-message path (the relay's)
+    // otherwise pays a call per message.
+    #[inline(always)]
     pub fn publish_in_run(
         &mut self,
         len: usize,

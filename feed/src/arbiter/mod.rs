@@ -471,7 +471,17 @@ pub struct Arbiter {
     gaps: Gaps,
     bucket: Bucket,
     counters: ArbiterCounters,
+    /// The sequence number a packet must start at to be delivered on the
+    /// short path: `expected` while the followed session has nothing
+    /// pending (see [`Arbiter::refresh_short`]), [`NO_SHORT`] otherwise.
+    short_next: u64,
+    /// The followed session's name, for the short path.
+    short_session: [u8; moldudp64::SESSION_LEN],
 }
+
+/// [`Arbiter::short_next`] when the short path is closed: no packet takes
+/// it, since a packet starting there would end past [`MAX_SEQUENCE`].
+const NO_SHORT: u64 = u64::MAX;
 
 impl Arbiter {
     /// An arbiter with every buffer allocated. Values that
@@ -500,12 +510,99 @@ impl Arbiter {
             gaps: Gaps::new(max_packets + 2),
             bucket: Bucket::new(config.requests_per_second),
             counters: ArbiterCounters::default(),
+            short_next: NO_SHORT,
+            short_session: [0; moldudp64::SESSION_LEN],
             config,
         };
         if let (Some(_), Some(start)) = (a.session, a.config.start_sequence) {
             a.start_at(start.clamp(1, MAX_SEQUENCE));
         }
+        a.refresh_short();
         a
+    }
+
+    /// Opens the short path for the next packet of the followed session
+    /// when nothing is pending (no gap, stored packet, end, end claim),
+    /// closes it otherwise. Called after every step that can change any of
+    /// that: the general path of [`Arbiter::on_packet`], the timers and
+    /// [`Arbiter::finish`].
+    fn refresh_short(&mut self) {
+        self.short_next = match self.session {
+            Some(session)
+                if self.started
+                    && !self.ended
+                    && self.high == self.expected
+                    && self.end_claim.is_none()
+                    && self.end_at.is_none()
+                    && self.gaps.is_empty()
+                    && self.store.len() == 0 =>
+            {
+                self.short_session = session.0;
+                self.expected
+            }
+            _ => NO_SHORT,
+        };
+    }
+
+    /// The short path: delivers `datagram` at once if it is a well-formed
+    /// packet of messages of the followed session starting at the next
+    /// expected sequence number with nothing pending, doing what the
+    /// general path would do for it; returns false, having changed
+    /// nothing, for any other datagram.
+    #[inline]
+    fn on_next_packet(
+        &mut self,
+        line: Line,
+        datagram: &[u8],
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) -> bool {
+        let Some((head, _)) = datagram.split_first_chunk::<{ moldudp64::HEADER_LEN }>() else {
+            return false;
+        };
+        let (session, rest) = head.split_at(moldudp64::SESSION_LEN);
+        let (sequence, count) = rest.split_at(8);
+        let mut first = [0; 8];
+        first.copy_from_slice(sequence);
+        let first = u64::from_be_bytes(first);
+        let count = u16::from_be_bytes([count[0], count[1]]);
+        // Not a heartbeat (0) nor an end of session (0xFFFF): one
+        // comparison.
+        if first != self.short_next || count.wrapping_add(1) < 2 {
+            return false;
+        }
+        // `short_next` is `expected` (at most MAX_SEQUENCE) or NO_SHORT,
+        // from which every count overflows.
+        let Some(end) = first
+            .checked_add(u64::from(count))
+            .filter(|&e| e <= MAX_SEQUENCE)
+        else {
+            return false;
+        };
+        if session != self.short_session {
+            return false;
+        }
+        let blocks = Blocks {
+            bytes: datagram,
+            offset: moldudp64::HEADER_LEN,
+            left: count,
+        };
+        if !blocks.clone().whole() {
+            return false;
+        }
+        self.firm = true;
+        self.progress(line, first, now_ns);
+        self.high = end;
+        // Every block of the packet is `first..end`: each is delivered.
+        let mut sequence = first;
+        for data in blocks {
+            sink.message(sequence, line, data);
+            sequence += 1;
+        }
+        count_delivered(&mut self.counters, line, sequence - first);
+        self.expected = end;
+        self.short_next = end;
+        true
     }
 
     /// One received datagram from a line. Delivers every message that is
@@ -522,6 +619,21 @@ impl Arbiter {
             Line::B => self.counters.packets_b += 1,
             Line::Recovery => self.counters.packets_recovery += 1,
         }
+        if !self.on_next_packet(line, datagram, now_ns, sink) {
+            self.on_other_packet(line, datagram, now_ns, sink);
+            self.refresh_short();
+        }
+    }
+
+    /// [`Arbiter::on_packet`] for every datagram the short path does not
+    /// take.
+    fn on_other_packet(
+        &mut self,
+        line: Line,
+        datagram: &[u8],
+        now_ns: u64,
+        sink: &mut impl ArbiterSink,
+    ) {
         // The cheap walk decides; only a malformed packet is walked again,
         // for the reason it is counted under.
         let packet = match Packet::parse(datagram) {
@@ -551,21 +663,6 @@ impl Arbiter {
             return;
         };
         let kind = packet.kind();
-        if kind == PacketKind::Messages
-            && first == self.expected
-            && end > first
-            && self.idle_in(packet.session())
-        {
-            // The common case, the next packet of the followed session with
-            // nothing pending: what the general path below does for it,
-            // without its searches of runs, gaps, the store and the end.
-            self.firm = true;
-            self.progress(line, first, now_ns);
-            self.high = end;
-            deliver(packet, line, first, end, &mut self.counters, sink);
-            self.expected = end;
-            return;
-        }
         let head = Head {
             line,
             kind,
@@ -631,23 +728,8 @@ impl Arbiter {
             .next_deadline(&self.policy, &self.bucket)
             .is_some_and(|due| due <= now_ns)
         {
-            self.on_timer(now_ns, sink);
+            self.timers(now_ns, sink);
         }
-    }
-
-    /// Whether a packet of `session` starting at the next expected
-    /// sequence number can be delivered at once: the session is the one
-    /// followed, and no gap, stored packet, end or candidate is pending.
-    #[inline]
-    fn idle_in(&self, session: Session) -> bool {
-        self.started
-            && !self.ended
-            && self.high == self.expected
-            && self.end_claim.is_none()
-            && self.end_at.is_none()
-            && self.gaps.is_empty()
-            && self.store.len() == 0
-            && self.session == Some(session)
     }
 
     /// A packet of `line` starting at `first` advanced the followed
@@ -677,6 +759,11 @@ impl Arbiter {
     /// Timers: sends due requests (and retries), declares gaps
     /// unrecoverable after `max_retries`, then delivers what follows.
     pub fn on_timer(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
+        self.timers(now_ns, sink);
+        self.refresh_short();
+    }
+
+    fn timers(&mut self, now_ns: u64, sink: &mut impl ArbiterSink) {
         self.settle_end(now_ns, sink);
         let Some(session) = self.session else {
             return;
@@ -937,6 +1024,7 @@ impl Arbiter {
         self.settle_end(u64::MAX, sink);
         self.gaps.kill_all();
         self.drain(sink);
+        self.refresh_short();
     }
 
     /// Sequence numbers up to `next` exist: anything not seen is a gap.
@@ -1121,6 +1209,7 @@ impl Arbiter {
 /// no error. It stops after the announced count or at the first block
 /// that does not fit; [`Blocks::whole`] then tells whether the packet is
 /// well formed, as [`Packet::validate`] would.
+#[derive(Clone)]
 struct Blocks<'a> {
     bytes: &'a [u8],
     offset: usize,
@@ -1190,7 +1279,13 @@ fn deliver(
         }
         sequence = sequence.wrapping_add(1);
     }
-    // Counted once per packet, not per message.
+    count_delivered(counters, line, delivered);
+}
+
+/// Counts `delivered` messages from `line`'s copy: once per packet, not
+/// per message.
+#[inline]
+fn count_delivered(counters: &mut ArbiterCounters, line: Line, delivered: u64) {
     counters.messages += delivered;
     match line {
         Line::A => counters.wins_a += delivered,
@@ -1248,4 +1343,104 @@ mod blocks_tests {
     }
 
     const HEADER_MIN: usize = moldudp64::HEADER_LEN;
+}
+
+#[cfg(test)]
+mod short_path_tests {
+    use super::*;
+    use crate::moldudp64::PacketBuilder;
+
+    /// Delivered messages, with the line each came from.
+    #[derive(Default)]
+    struct Got(Vec<(u64, Line)>, bool);
+
+    impl ArbiterSink for Got {
+        fn message(&mut self, sequence: u64, line: Line, data: &[u8]) {
+            assert_eq!(data, sequence.to_be_bytes(), "bytes of message {sequence}");
+            self.0.push((sequence, line));
+        }
+        fn request(&mut self, _: &Request) {}
+        fn end_of_session(&mut self) {
+            self.1 = true;
+        }
+    }
+
+    fn packet(session: &str, first: u64, count: u64) -> Vec<u8> {
+        let mut buf = [0u8; 512];
+        let mut b = PacketBuilder::new(&mut buf, Session::new(session).unwrap(), first).unwrap();
+        for s in first..first + count {
+            b.push(&s.to_be_bytes()).unwrap();
+        }
+        b.finish().to_vec()
+    }
+
+    /// The short path is open exactly while nothing is pending: it closes
+    /// on a gap and at the end of the session, opens again once the gap
+    /// is filled, and leaves every other datagram (malformed, another
+    /// session, a heartbeat) to the general path, which counts it as
+    /// before.
+    #[test]
+    fn the_short_path_closes_while_anything_is_pending_and_takes_only_the_next_packet() {
+        let mut a = Arbiter::new(ArbiterConfig {
+            start_sequence: Some(1),
+            gap_wait_ns: 0,
+            requests_per_second: 0,
+            ..ArbiterConfig::default()
+        });
+        let mut got = Got::default();
+        let seqs = |g: &Got| g.0.iter().map(|m| m.0).collect::<Vec<_>>();
+        // Nothing followed yet: the general path takes the first packet.
+        assert_eq!(a.short_next, NO_SHORT);
+        a.on_packet(Line::A, &packet("S1", 1, 2), 0, &mut got);
+        assert_eq!(a.short_next, 3);
+        // A gap: closed until it is filled.
+        a.on_packet(Line::A, &packet("S1", 4, 1), 0, &mut got);
+        assert_eq!(a.short_next, NO_SHORT);
+        assert_eq!(seqs(&got), [1, 2]);
+        a.on_packet(Line::B, &packet("S1", 3, 1), 0, &mut got);
+        assert_eq!(seqs(&got), [1, 2, 3, 4]);
+        assert_eq!(a.short_next, 5);
+        // At the next sequence but malformed (one byte short): counted,
+        // nothing delivered, still open.
+        let good = packet("S1", 5, 2);
+        a.on_packet(Line::A, &good[..good.len() - 1], 0, &mut got);
+        assert_eq!(a.counters().malformed, 1);
+        assert_eq!(a.short_next, 5);
+        // Another session at the next sequence: not delivered.
+        a.on_packet(Line::A, &packet("S2", 5, 2), 0, &mut got);
+        assert_eq!(seqs(&got), [1, 2, 3, 4]);
+        // A heartbeat at the next sequence goes the general way.
+        let heartbeats = a.counters().heartbeats;
+        a.on_packet(
+            Line::A,
+            &moldudp64::heartbeat(Session::new("S1").unwrap(), 5),
+            0,
+            &mut got,
+        );
+        assert_eq!(a.counters().heartbeats, heartbeats + 1);
+        // The next packet on B: delivered on the short path, won by B.
+        let wins_b = a.counters().wins_b;
+        a.on_packet(Line::B, &good, 0, &mut got);
+        assert_eq!(seqs(&got), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(got.0[4..], [(5, Line::B), (6, Line::B)]);
+        assert_eq!(a.counters().wins_b, wins_b + 2);
+        assert_eq!(a.counters().messages, 6);
+        assert_eq!(a.short_next, 7);
+        // Its duplicate on A is no longer at the next sequence.
+        a.on_packet(Line::A, &good, 0, &mut got);
+        assert_eq!(a.counters().messages, 6);
+        // The end of the session closes it for good.
+        a.on_packet(
+            Line::A,
+            &moldudp64::end_of_session(Session::new("S1").unwrap(), 7),
+            0,
+            &mut got,
+        );
+        a.finish(&mut got);
+        assert!(got.1);
+        assert_eq!(a.short_next, NO_SHORT);
+        a.on_packet(Line::A, &packet("S1", 7, 1), 0, &mut got);
+        assert_eq!(seqs(&got), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(a.counters().after_end, 1);
+    }
 }

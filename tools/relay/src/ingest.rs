@@ -47,7 +47,9 @@ pub struct Sink<'a> {
 }
 
 impl ArbiterSink for Sink<'_> {
-    #[inline]
+    // Inlined into the arbiter's delivery loop: a call per message cost
+    // about 15 instructions.
+    #[inline(always)]
     fn message(&mut self, sequence: u64, _line: Line, data: &[u8]) {
         self.pipeline.message(sequence, data);
     }

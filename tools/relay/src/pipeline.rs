@@ -30,6 +30,109 @@ const LATENCY_MAX_NS: u64 = 10_000_000_000;
 /// goes): updating them costs about as much as relaying a message.
 pub const COUNTERS_EVERY_PACKETS: u32 = 64;
 
+/// Length of each ITCH message type (type byte included) by its type
+/// byte, 0 for a type the specification does not define: one load per
+/// message instead of `itch::len_for`'s branches.
+const ITCH_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        if let Some(n) = itch::len_for(i as u8) {
+            assert!(n > 0 && n <= u8::MAX as usize);
+            t[i] = n as u8;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// Relay-added latencies under this many ns are counted in
+/// [`QuickLatency`]'s own slots.
+const QUICK_NS: u64 = 4096;
+
+/// Slots for latencies under [`QUICK_NS`]: one per ns under 2,048, one
+/// per 2 ns from 2,048 (the histogram's own resolution there).
+const QUICK_SLOTS: usize = 3072;
+
+/// The front of the latency histogram: a latency under [`QUICK_NS`] is one
+/// increment of a slot that holds exactly the values the histogram itself
+/// does not tell apart (HdrHistogram at 3 significant digits resolves
+/// 1 ns under 2,048 ns and 2 ns from 2,048 to 4,095 ns), instead of the
+/// histogram's own index computation and bookkeeping (about 50
+/// instructions). The slots are merged into the histogram before anyone
+/// reads it, so every percentile, the count and the largest value are
+/// those of recording each value directly. If the histogram's layout is
+/// not that one (a different precision), every value goes to it directly.
+#[derive(Debug)]
+struct QuickLatency {
+    slots: Box<[u64; QUICK_SLOTS]>,
+    /// [`QUICK_NS`], or 0 when the histogram's layout differs.
+    limit: u64,
+    /// Values in the slots.
+    pending: u64,
+}
+
+impl QuickLatency {
+    fn new(latency: &Latency) -> QuickLatency {
+        let h = latency.histogram();
+        let fits = (0..QUICK_NS).all(|v| {
+            let first = Self::value_of(Self::slot(v));
+            // Same histogram slot as the slot's own value, and a new slot
+            // exactly where the histogram starts one.
+            h.lowest_equivalent(v.max(1)) == h.lowest_equivalent(first.max(1))
+                && (v == 0 || (Self::slot(v) != Self::slot(v - 1)) == (h.lowest_equivalent(v) == v))
+        });
+        QuickLatency {
+            slots: Box::new([0; QUICK_SLOTS]),
+            limit: if fits { QUICK_NS } else { 0 },
+            pending: 0,
+        }
+    }
+
+    /// The slot of `ns` (under [`QUICK_NS`]).
+    #[inline]
+    fn slot(ns: u64) -> usize {
+        (if ns < 2048 { ns } else { 1024 + ns / 2 }) as usize
+    }
+
+    /// The lowest value of slot `i`.
+    fn value_of(i: usize) -> u64 {
+        let i = i as u64;
+        if i < 2048 {
+            i
+        } else {
+            (i - 1024) * 2
+        }
+    }
+
+    /// Records `ns` here or, when it is out of the slots' range, in
+    /// `latency`.
+    #[inline]
+    fn record(&mut self, latency: &mut Latency, ns: u64) {
+        if ns < self.limit {
+            if let Some(c) = self.slots.get_mut(Self::slot(ns)) {
+                *c += 1;
+                self.pending += 1;
+                return;
+            }
+        }
+        latency.record(ns);
+    }
+
+    /// Moves the slots' counts into `latency`.
+    fn merge_into(&mut self, latency: &mut Latency) {
+        if self.pending == 0 {
+            return;
+        }
+        self.pending = 0;
+        for (i, c) in self.slots.iter_mut().enumerate() {
+            if *c > 0 {
+                latency.record_n(Self::value_of(i), std::mem::take(c));
+            }
+        }
+    }
+}
+
 /// `CLOCK_REALTIME` in ns, read from the TSC: quanta calibrates the TSC's
 /// rate against the OS clock, and [`ArrivalClock::recalibrate`] (once a
 /// second, off the message path) re-anchors it to `CLOCK_REALTIME` so
@@ -82,7 +185,12 @@ pub struct Pipeline {
     names: Vec<String>,
     per_stream: Vec<u64>,
     local: Local,
+    /// Complete only after [`Pipeline::merge_latency`].
     latency: Latency,
+    quick: QuickLatency,
+    /// A pass-through or a recording is attached: the per-message path
+    /// checks this one flag instead of both.
+    taps: bool,
     passthrough: Option<Passthrough>,
     /// Arrival of the datagram being handled (`CLOCK_REALTIME`, ns).
     arrival_ns: u64,
@@ -119,13 +227,16 @@ impl Pipeline {
     ) -> Self {
         let names: Vec<String> = publishers.iter().map(|p| p.name().to_string()).collect();
         let flush_needed = publishers.iter().any(|p| p.recovery_counters().is_some());
+        let latency = Latency::new(LATENCY_MAX_NS);
         Pipeline {
+            quick: QuickLatency::new(&latency),
+            taps: passthrough.is_some(),
             router,
             per_stream: vec![0; publishers.len()],
             publishers,
             names,
             local: Local::default(),
-            latency: Latency::new(LATENCY_MAX_NS),
+            latency,
             passthrough,
             arrival_ns: 0,
             published_in_packet: 0,
@@ -156,13 +267,17 @@ impl Pipeline {
     /// Records every routed message into `writer` from now on.
     pub fn set_recorder(&mut self, writer: MdcapWriter<BufWriter<File>>) {
         self.recorder = Some(writer);
+        self.taps = true;
     }
 
     /// Writes out the rest of the recording and closes it. Returns how many
     /// messages it holds (`None`: no recording).
     pub fn finish_recording(&mut self) -> Result<Option<u64>, MdcapError> {
         match self.recorder.take() {
-            Some(w) => w.finish().map(|_| Some(self.local.recorded)),
+            Some(w) => {
+                self.taps = self.passthrough.is_some();
+                w.finish().map(|_| Some(self.local.recorded))
+            }
             None => Ok(None),
         }
     }
@@ -231,27 +346,46 @@ impl Pipeline {
             pt.flush();
         }
         let done = self.clock.now_ns();
-        self.latency.record(done.saturating_sub(self.arrival_ns));
+        self.quick
+            .record(&mut self.latency, done.saturating_sub(self.arrival_ns));
         self.local.timed_packets += 1;
         Some(done)
     }
 
     /// One message, in sequence order.
-    #[inline]
+    #[inline(always)]
     pub fn message(&mut self, sequence: u64, data: &[u8]) {
         self.local.messages_in += 1;
-        let ok = match data.first() {
-            Some(&t) => itch::len_for(t) == Some(data.len()),
-            None => false,
-        };
+        // A known type's length is never 0, so an unknown type never
+        // matches.
+        let ok = data
+            .first()
+            .is_some_and(|&t| usize::from(ITCH_LEN[usize::from(t)]) == data.len());
         if !ok {
             self.local.bad_messages += 1;
             return;
         }
+        let route = self.router.route(data);
+        if self.taps {
+            self.tap(sequence, data, route);
+        }
+        match route {
+            Route::Stream(s) => self.publish_inline(usize::from(s), sequence, data),
+            Route::All => {
+                for s in 0..self.publishers.len() {
+                    self.publish(s, sequence, data);
+                }
+            }
+            Route::DropUnknown | Route::DropUnmatched => self.local.unrouted += 1,
+        }
+    }
+
+    /// The pass-through and the recording, for a message routed `route`.
+    #[inline(never)]
+    fn tap(&mut self, sequence: u64, data: &[u8], route: Route) {
         if let Some(pt) = &mut self.passthrough {
             pt.push(self.session, sequence, data);
         }
-        let route = self.router.route(data);
         if let Some(rec) = &mut self.recorder {
             let stream = match route {
                 // Streams are numbered as the recording's stream table.
@@ -266,18 +400,10 @@ impl Pipeline {
                     // say so once, count it.
                     self.local.record_errors += 1;
                     self.recorder = None;
+                    self.taps = self.passthrough.is_some();
                     log::warn!("recording stopped (counted in record_errors): {e}");
                 }
             }
-        }
-        match route {
-            Route::Stream(s) => self.publish_inline(usize::from(s), sequence, data),
-            Route::All => {
-                for s in 0..self.publishers.len() {
-                    self.publish(s, sequence, data);
-                }
-            }
-            Route::DropUnknown | Route::DropUnmatched => self.local.unrouted += 1,
         }
     }
 
@@ -303,8 +429,8 @@ impl Pipeline {
         match result {
             Ok(_) => {
                 self.run_streams |= 1 << stream.min(63);
+                // `messages_out` is their sum (`Pipeline::local`).
                 self.per_stream[stream] += 1;
-                self.local.messages_out += 1;
                 self.published_in_packet += 1;
             }
             Err(e) => {
@@ -421,6 +547,7 @@ impl Pipeline {
     /// The relay's own counters, with the pass-through's.
     pub fn local(&self) -> Local {
         let mut l = self.local;
+        l.messages_out = self.per_stream.iter().sum();
         if let Some(pt) = &self.passthrough {
             l.passthrough_packets = pt.packets;
             l.passthrough_errors = pt.errors;
@@ -433,18 +560,25 @@ impl Pipeline {
         &self.per_stream
     }
 
-    /// The latency histogram.
-    pub fn latency(&self) -> &Latency {
+    /// Moves the latencies counted in the quick slots into the histogram.
+    fn merge_latency(&mut self) {
+        self.quick.merge_into(&mut self.latency);
+    }
+
+    /// The latency histogram, complete.
+    pub fn latency(&mut self) -> &Latency {
+        self.merge_latency();
         &self.latency
     }
 
     /// Writes every counter into `file`. No allocation.
     pub fn publish_counters(
-        &self,
+        &mut self,
         file: &mdbus::counters::CountersFile,
         up: &Upstream,
         now_ns: u64,
     ) {
+        self.merge_latency();
         stats::publish(
             file,
             up,
@@ -456,7 +590,8 @@ impl Pipeline {
     }
 
     /// A snapshot of every counter.
-    pub fn snapshot(&self, up: &Upstream) -> Snapshot {
+    pub fn snapshot(&mut self, up: &Upstream) -> Snapshot {
+        self.merge_latency();
         stats::snapshot(
             up,
             &self.local(),
@@ -496,6 +631,64 @@ mod tests {
             m[off..off + 8].copy_from_slice(s);
         }
         m
+    }
+
+    /// Latencies counted in the quick slots and merged give the same
+    /// histogram as recording each directly: every value from 0 to past
+    /// the slots' range, values far above it, and values above the
+    /// histogram's bound (clamped and counted).
+    #[test]
+    fn the_quick_latency_slots_merge_into_exactly_the_directly_recorded_histogram() {
+        let mut direct = Latency::new(LATENCY_MAX_NS);
+        let mut merged = Latency::new(LATENCY_MAX_NS);
+        let mut quick = QuickLatency::new(&merged);
+        // The histogram's layout is the one the slots assume: the quick
+        // path is taken.
+        assert_eq!(quick.limit, QUICK_NS);
+        let mut values: Vec<u64> = (0..2 * QUICK_NS).collect();
+        values.extend([
+            0,
+            1,
+            2047,
+            2048,
+            2049,
+            4094,
+            4095,
+            4096,
+            4097,
+            1 << 20,
+            u64::MAX,
+        ]);
+        values.extend([LATENCY_MAX_NS, LATENCY_MAX_NS + 1, 7_777_777]);
+        // Some values many times, so the percentiles move.
+        values.extend(std::iter::repeat(3001).take(5000));
+        values.extend(std::iter::repeat(61).take(9000));
+        for &v in &values {
+            direct.record(v);
+            quick.record(&mut merged, v);
+        }
+        assert!(quick.pending > 0);
+        quick.merge_into(&mut merged);
+        assert_eq!(quick.pending, 0);
+        assert!(quick.slots.iter().all(|&c| c == 0));
+        assert_eq!(merged.histogram(), direct.histogram());
+        assert_eq!(merged.summary(), direct.summary());
+        assert_eq!(merged.clamped(), direct.clamped());
+        assert_eq!(merged.clamped(), 2);
+        assert_eq!(merged.histogram().len(), values.len() as u64);
+        // Merging again adds nothing.
+        quick.merge_into(&mut merged);
+        assert_eq!(merged.histogram(), direct.histogram());
+    }
+
+    /// The per-message length table agrees with `itch::len_for` on every
+    /// type byte.
+    #[test]
+    fn the_length_table_is_len_for() {
+        for t in 0..=255u8 {
+            let table = Some(usize::from(ITCH_LEN[usize::from(t)])).filter(|&n| n > 0);
+            assert_eq!(table, itch::len_for(t), "type {t}");
+        }
     }
 
     /// Messages published in runs reach the bus's counters file at the

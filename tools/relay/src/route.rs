@@ -34,6 +34,21 @@ const UNKNOWN: u16 = u16::MAX;
 /// Table entry: the locate's symbol belongs to no stream.
 const UNMATCHED: u16 = u16::MAX - 1;
 
+/// [`TYPE_CLASS`]: a type routed by its locate alone.
+const ORDINARY: u8 = 0;
+/// [`TYPE_CLASS`]: system-wide (`S`, `V`, `W`) or Stock Directory (`R`).
+const SPECIAL: u8 = 1;
+
+/// Per type byte: whether [`Router::route`]'s common case may route it.
+const TYPE_CLASS: [u8; 256] = {
+    let mut t = [ORDINARY; 256];
+    t[b'S' as usize] = SPECIAL;
+    t[b'V' as usize] = SPECIAL;
+    t[b'W' as usize] = SPECIAL;
+    t[b'R' as usize] = SPECIAL;
+    t
+};
+
 /// Where one message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -218,6 +233,25 @@ impl Router {
     /// that carry a symbol for a locate not yet known, update the table.
     #[inline]
     pub fn route(&mut self, msg: &[u8]) -> Route {
+        // The common case first: a message of a type that neither names
+        // a symbol's locate (`R`) nor is system-wide, for a known locate
+        // that has a stream; one table load for the type, one for the
+        // locate.
+        if let [t, hi, lo, ..] = *msg {
+            let locate = u16::from_be_bytes([hi, lo]);
+            if TYPE_CLASS[usize::from(t)] == ORDINARY && locate != 0 {
+                let s = self.table[usize::from(locate)];
+                if s < UNMATCHED {
+                    return Route::Stream(s);
+                }
+            }
+        }
+        self.route_other(msg)
+    }
+
+    /// [`Router::route`] for every other message.
+    #[inline(never)]
+    fn route_other(&mut self, msg: &[u8]) -> Route {
         let (Some(&t), Some(hi), Some(lo)) = (msg.first(), msg.get(1), msg.get(2)) else {
             return self.unknown;
         };

@@ -495,7 +495,7 @@ impl Relay {
         }
     }
 
-    fn refresh(&self, up: &Upstream) {
+    fn refresh(&mut self, up: &Upstream) {
         if let Some(c) = &self.counters {
             self.pipeline.publish_counters(c, up, now_ns());
         }
