@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mdbus::archive::{Recorder, RecorderStats, ReplayService};
+use mdbus::archive::{ArchiveError, ArchiveReader, Recorder, RecorderStats, ReplayService};
 
 use super::RelayError;
 
@@ -43,21 +43,30 @@ impl Archives {
                 stream: n.clone(),
                 source,
             };
-            let recorder = Recorder::start(bus, n).map_err(err)?;
-            let held = recorder.stats().last_seq;
-            if held > 0 {
-                // This run's stream numbers from 1 again: the recorder
-                // would take it for what the archive already holds.
-                drop(recorder.stop());
-                return Err(RelayError::Config(mdbus::error::ConfigError {
-                    source_name: "<configuration>".into(),
-                    key: format!("bus.streams.{n}.archive.dir"),
-                    message: format!(
-                        "{} already holds sequences up to {held} of an earlier run of stream {n}; this run numbers the stream from 1 again: move that archive away or set another directory",
-                        cfg.dir.display()
-                    ),
-                }));
+            // An earlier run's archive: this run's publisher is a new
+            // epoch, numbered from 1 again, and the recorder seals the
+            // earlier one into DIR/epochs/ when it hears it. Unless the
+            // archive does not record its epoch (format version 1): then
+            // this run's sequences would be taken for the ones it holds.
+            match earlier_run(&cfg.dir).map_err(|e| err(e.into()))? {
+                Some(None) => {
+                    return Err(RelayError::Config(mdbus::error::ConfigError {
+                        source_name: "<configuration>".into(),
+                        key: format!("bus.streams.{n}.archive.dir"),
+                        message: format!(
+                            "{} holds an earlier run of stream {n} without its publisher epoch (archive format version 1), so this run, numbered from 1 again, cannot be told from it: move that archive away or set another directory",
+                            cfg.dir.display()
+                        ),
+                    }))
+                }
+                Some(Some(epoch)) => log::info!(
+                    "stream {n}: {} holds an earlier run (publisher epoch {epoch}): it is sealed into {} and this run recorded from 1",
+                    cfg.dir.display(),
+                    cfg.dir.join("epochs").display()
+                ),
+                None => {}
             }
+            let recorder = Recorder::start(bus, n).map_err(err)?;
             let service = if cfg.replay_service.is_empty() {
                 None
             } else {
@@ -125,6 +134,19 @@ impl Archives {
 }
 
 /// What a recorder that should hold up to `want` lost, if anything.
+/// Whether `dir` holds records (`Some`), and of which publisher epoch
+/// (`None` inside: the archive does not record it).
+fn earlier_run(dir: &std::path::Path) -> Result<Option<Option<u64>>, ArchiveError> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let mut r = ArchiveReader::open(dir)?;
+    if r.first_seq()?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(r.epoch()?))
+}
+
 fn archive_loss(st: &RecorderStats, want: u64) -> Option<String> {
     if let Some(e) = &st.error {
         return Some(format!("stopped on an error: {e}"));

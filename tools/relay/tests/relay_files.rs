@@ -378,9 +378,61 @@ fn archived_streams_hold_what_their_subscribers_received() {
         }
         assert_eq!(n, got.len(), "stream {s}: archived all it received");
     }
+    // A second run is a new publisher epoch numbered from 1 again: the
+    // first run's archive is sealed into DIR/epochs/000001, whole, and the
+    // second run recorded from 1.
+    let first: BTreeMap<&str, usize> = STREAMS
+        .iter()
+        .map(|s| (*s, received[*s].messages.len()))
+        .collect();
+    let (summary, received) = relay(cfg);
+    assert_eq!(summary.data_lost, None);
+    let count = |d: &std::path::Path| {
+        let mut r = mdbus::archive::ArchiveReader::open(d).unwrap();
+        r.seek(1).unwrap();
+        let mut n = 0usize;
+        while let Some(item) = r.next_item().unwrap() {
+            assert!(
+                matches!(item, mdbus::archive::Item::Message(_)),
+                "{}",
+                d.display()
+            );
+            n += 1;
+        }
+        n
+    };
+    for s in STREAMS {
+        let sealed = archive.join(s).join("epochs").join("000001");
+        assert_eq!(
+            count(&sealed),
+            first[s],
+            "stream {s}: the first run, sealed"
+        );
+        assert_eq!(
+            count(&archive.join(s)),
+            received[s].messages.len(),
+            "stream {s}"
+        );
+    }
+
+    // An archive that does not record its epoch (format version 1, or a
+    // writer never told it) cannot be told from this run: refused.
+    let old = scratch.path("old-archive");
+    let mut w = mdbus::archive::ArchiveWriter::open(&mdbus::archive::ArchiveConfig {
+        dir: old.join(STREAMS[0]),
+        segment_bytes: 65536,
+        ..Default::default()
+    })
+    .unwrap();
+    w.append(1, 0, 0, b"an earlier day").unwrap();
+    drop(w);
+    let text = text(&input).replace(&archive.display().to_string(), &old.display().to_string());
+    let cfg = RelayConfig::from_toml_str(&text, "<test>").unwrap();
     let e = Relay::new(cfg, "<test>").unwrap_err().to_string();
     assert!(
-        e.contains("already holds sequences up to") && e.contains("move that archive away"),
+        e.contains("holds an earlier run of stream")
+            && e.contains("without its publisher epoch")
+            && e.contains("move that archive away"),
         "{e}"
     );
 }
