@@ -544,6 +544,20 @@ impl SessionEnd for TcpSession {
             .map_err(|e| Error::io("poll", &self.channel, e))
     }
 
+    /// A TCP session has no timers of its own: the socket reports the
+    /// peer's data, close and reset. So once a stop ends the block at once
+    /// ([`stop_waits`](crate::wait::stop_waits)), adaptive waiting's block
+    /// lasts up to [`LONG_BLOCK`](crate::wait::LONG_BLOCK) instead of
+    /// `adaptive_max_block`.
+    fn wait_idle(&mut self, timeout: Duration) -> Result<bool> {
+        let timeout = if crate::wait::stop_wakes() {
+            timeout.max(crate::wait::LONG_BLOCK)
+        } else {
+            timeout
+        };
+        self.wait_for_data(timeout)
+    }
+
     fn close(&mut self) {
         if self.closed {
             return;
