@@ -389,12 +389,13 @@ fn an_untuned_host_warns_and_fails_with_the_fixes() {
         "always",
         Some("echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/enabled"),
     );
-    // 4096 x 24 + 4096 x 232 bytes of window, 2 x 16384 x 256 of session rings.
+    // 4096 x 48 (index entry and kept header) + 4096 x 232 bytes of
+    // window, 2 x 16384 x 256 of session rings.
     expect(
         &r,
         "memlock",
         Status::Fail,
-        "8388608 bytes (8.0 MiB): registering the channels' 9441280 bytes (9.0 MiB) will fail",
+        "8388608 bytes (8.0 MiB): registering the channels' 9539584 bytes (9.1 MiB) will fail",
         Some("LimitMEMLOCK=infinity"),
     );
     expect(
