@@ -237,10 +237,10 @@ impl Publisher {
     }
 
     /// The flags and timestamp of a message: `timestamp`, else the clock
-    /// when the stream stamps its messages.
+    /// when the stream stamps its messages (`stamp`).
     #[inline]
-    fn stamp(&self, timestamp: Option<u64>, extra: u32) -> (u32, u64) {
-        match timestamp.or_else(|| self.stamp.then(crate::clock::now_ns)) {
+    fn stamp(stamp: bool, timestamp: Option<u64>, extra: u32) -> (u32, u64) {
+        match timestamp.or_else(|| stamp.then(crate::clock::now_ns)) {
             Some(t) => (FLAG_TIMESTAMP | extra, t),
             None => (extra, 0),
         }
@@ -355,10 +355,7 @@ impl Publisher {
         let seq = with_pub!(&mut self.inner, t => match t.claim(len) {
             Ok(b) => {
                 b.copy_from_slice(bytes);
-                let (flags, ts) = match stamp {
-                    true => (FLAG_TIMESTAMP, crate::clock::now_ns()),
-                    false => (0, 0),
-                };
+                let (flags, ts) = Publisher::stamp(stamp, None, 0);
                 t.commit(len, flags, ts)
             }
             Err(e) => Err(e),
@@ -431,7 +428,7 @@ impl Publisher {
     /// publisher (once), after this returns.
     #[inline]
     fn commit_flags(&mut self, len: usize, extra: u32, timestamp: Option<u64>) -> Result<u64> {
-        let (flags, ts) = self.stamp(timestamp, extra);
+        let (flags, ts) = Publisher::stamp(self.stamp, timestamp, extra);
         match with_pub!(&mut self.inner, t => t.commit(len, flags, ts)) {
             Ok(seq) => {
                 self.committed(len, seq);
