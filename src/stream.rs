@@ -165,9 +165,15 @@ pub struct Publisher {
     stamp: bool,
     published: u64,
     bytes: u64,
+    /// The transport's largest payload, fixed at creation: checked here
+    /// so that a claim dispatches on the transport once, not twice.
+    max_message: usize,
     /// This handle's slots in the bus's counters file.
     counters: Option<Slots>,
 }
+
+/// The counters-file slots a commit writes, in [`Slots::set3`] order.
+const PUBLISHED_SLOTS: [usize; 3] = [pc::MESSAGES, pc::BYTES, pc::LAST_SEQ];
 
 /// The loss-recovery counters of a publisher's transport.
 fn publisher_recovery(inner: &PublisherImpl) -> Option<crate::recovery::Counters> {
@@ -191,16 +197,65 @@ impl Publisher {
         inner: PublisherImpl,
         name: &str,
         stamp: bool,
-        counters: Option<Slots>,
+        mut counters: Option<Slots>,
     ) -> Publisher {
+        let max_message = with_pub!(&inner, t => t.max_message());
+        inner.leave();
+        if let Some(c) = &mut counters {
+            c.resolve3(PUBLISHED_SLOTS);
+        }
         Publisher {
             inner,
             name: name.into(),
             stamp,
             published: 0,
             bytes: 0,
+            max_message,
             counters,
         }
+    }
+
+    /// The error for a payload larger than the stream takes (cold path).
+    #[cold]
+    #[inline(never)]
+    fn too_large(&self, len: usize) -> Error {
+        Error::MessageTooLarge {
+            len,
+            max: self.max_message,
+            channel: format!("stream `{}`", self.name),
+        }
+    }
+
+    /// Leaves a served publisher and counts a claim or commit that failed
+    /// (cold path).
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, e: Error) -> Error {
+        self.inner.leave();
+        self.count_error(&e);
+        e
+    }
+
+    /// The flags and timestamp of a message: `timestamp`, else the clock
+    /// when the stream stamps its messages (`stamp`).
+    #[inline]
+    fn stamp(stamp: bool, timestamp: Option<u64>, extra: u32) -> (u32, u64) {
+        match timestamp.or_else(|| stamp.then(crate::clock::now_ns)) {
+            Some(t) => (FLAG_TIMESTAMP | extra, t),
+            None => (extra, 0),
+        }
+    }
+
+    /// Counts a committed message, here and in the counters file.
+    #[inline]
+    fn committed(&mut self, len: usize, seq: u64) {
+        self.published += 1;
+        self.bytes += len as u64;
+        if let Some(c) = &self.counters {
+            // Single-writer relaxed stores: no lock, no read-modify-write.
+            c.set3(PUBLISHED_SLOTS, [self.published, self.bytes, seq]);
+        }
+        self.tick();
     }
 
     /// Counts an error returned to the application (cold path).
@@ -241,9 +296,7 @@ impl Publisher {
 
     /// Largest payload accepted.
     pub fn max_message(&self) -> usize {
-        let max = with_pub!(&self.inner, t => t.max_message());
-        self.inner.leave();
-        max
+        self.max_message
     }
 
     /// Sequence number the next message will carry.
@@ -271,41 +324,50 @@ impl Publisher {
     /// subscribers.
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
+        if len > self.max_message {
+            return Err(self.too_large(len));
+        }
         // A served publisher is entered here (one handshake per message)
         // and stays entered until the claim is committed or dropped.
-        let max = with_pub!(&self.inner, t => t.max_message());
-        if len > max {
-            self.inner.leave();
-            return Err(Error::MessageTooLarge {
-                len,
-                max,
-                channel: format!("stream `{}`", self.name),
-            });
-        }
         let claimed =
             with_pub!(&mut self.inner, t => t.claim(len)).map(|b| (b.as_mut_ptr(), b.len()));
-        let (ptr, len) = match claimed {
-            Ok(c) => c,
-            Err(e) => {
-                self.inner.leave();
-                self.count_error(&e);
-                return Err(e);
-            }
-        };
-        Ok(Claim {
-            publisher: self,
-            ptr,
-            len,
-        })
+        match claimed {
+            Ok((ptr, len)) => Ok(Claim {
+                publisher: self,
+                ptr,
+                len,
+            }),
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// Copies `bytes` into the stream and publishes them; returns the
     /// message's sequence number.
     #[inline]
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64> {
-        let mut c = self.claim(bytes.len())?;
-        c.copy_from_slice(bytes);
-        c.commit()
+        let len = bytes.len();
+        if len > self.max_message {
+            return Err(self.too_large(len));
+        }
+        let stamp = self.stamp;
+        // Claim, copy and commit under one dispatch on the transport (and
+        // one enter of a served publisher), as `claim` then `commit` do.
+        let seq = with_pub!(&mut self.inner, t => match t.claim(len) {
+            Ok(b) => {
+                b.copy_from_slice(bytes);
+                let (flags, ts) = Publisher::stamp(stamp, None, 0);
+                t.commit(len, flags, ts)
+            }
+            Err(e) => Err(e),
+        });
+        match seq {
+            Ok(seq) => {
+                self.inner.leave();
+                self.committed(len, seq);
+                Ok(seq)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// Sends messages that commits left batched (streams with
@@ -362,37 +424,18 @@ impl Publisher {
             .commit_flags(len, crate::wire::FLAG_SOURCE_GAP, None)
     }
 
-    #[inline]
-    fn commit(&mut self, len: usize, timestamp: Option<u64>) -> Result<u64> {
-        self.commit_flags(len, 0, timestamp)
-    }
-
+    /// Commits a claimed message. The claim's drop leaves a served
+    /// publisher (once), after this returns.
     #[inline]
     fn commit_flags(&mut self, len: usize, extra: u32, timestamp: Option<u64>) -> Result<u64> {
-        let ts = timestamp.or_else(|| self.stamp.then(crate::clock::now_ns));
-        let (flags, ts) = match ts {
-            Some(t) => (FLAG_TIMESTAMP | extra, t),
-            None => (extra, 0),
-        };
-        let seq = with_pub!(&mut self.inner, t => t.commit(len, flags, ts));
-        self.inner.leave();
-        let seq = match seq {
-            Ok(s) => s,
-            Err(e) => {
-                self.count_error(&e);
-                return Err(e);
+        let (flags, ts) = Publisher::stamp(self.stamp, timestamp, extra);
+        match with_pub!(&mut self.inner, t => t.commit(len, flags, ts)) {
+            Ok(seq) => {
+                self.committed(len, seq);
+                Ok(seq)
             }
-        };
-        self.published += 1;
-        self.bytes += len as u64;
-        if let Some(c) = &self.counters {
-            // Single-writer relaxed stores: no lock, no read-modify-write.
-            c.set(pc::MESSAGES, self.published);
-            c.set(pc::BYTES, self.bytes);
-            c.set(pc::LAST_SEQ, seq);
+            Err(e) => Err(self.failed(e)),
         }
-        self.tick();
-        Ok(seq)
     }
 }
 
@@ -411,14 +454,14 @@ impl Claim<'_> {
     /// socket or device); shared memory cannot fail here.
     #[inline]
     pub fn commit(self) -> Result<u64> {
-        self.publisher.commit(self.len, None)
+        self.publisher.commit_flags(self.len, 0, None)
     }
 
     /// Publishes the message with the given send timestamp (ns since the
     /// Unix epoch), e.g. the time the triggering packet arrived.
     #[inline]
     pub fn commit_with_timestamp(self, timestamp_ns: u64) -> Result<u64> {
-        self.publisher.commit(self.len, Some(timestamp_ns))
+        self.publisher.commit_flags(self.len, 0, Some(timestamp_ns))
     }
 
     /// Shortens the message to `len` bytes before committing (for encoders
@@ -737,10 +780,76 @@ impl Publisher {
             return;
         }
         if let Some(c) = &self.counters {
-            c.set(pc::MESSAGES, self.published);
-            c.set(pc::BYTES, self.bytes);
-            c.set(pc::LAST_SEQ, self.next_seq().saturating_sub(1));
+            let last = self.next_seq().saturating_sub(1);
+            c.set3(PUBLISHED_SLOTS, [self.published, self.bytes, last]);
         }
         self.tick();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::counters::CountersReader;
+    use crate::{Bus, Config, Error, TransportKind};
+
+    fn bus(tag: &str) -> (Bus, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("mdbus-stream-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cfg = Config {
+            transport: TransportKind::Shm,
+            ..Default::default()
+        };
+        cfg.shm.dir = dir.clone();
+        cfg.counters.dir = dir.join("counters");
+        (Bus::new(cfg).unwrap(), dir)
+    }
+
+    /// `publish` and `claim` refuse a payload over the cached maximum with
+    /// the transport's error, publish nothing, and the counters file holds
+    /// every message at once (a store per commit, not per run).
+    #[test]
+    fn publish_and_claim_check_the_cached_maximum_and_count_each_message() {
+        let (bus, dir) = bus("max");
+        let mut p = bus.publisher("md").unwrap();
+        let mut s = bus.subscriber("md").unwrap();
+        let max = p.max_message();
+        let too_big = vec![0u8; max + 1];
+        for e in [
+            p.publish(&too_big).unwrap_err(),
+            p.claim(max + 1).unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, Error::MessageTooLarge { len, max: m, .. } if len == max + 1 && m == max)
+            );
+            assert_eq!(
+                e.to_string(),
+                format!("a {}-byte message is larger than the {max}-byte maximum of stream `md`; raise max_message in its configuration", max + 1)
+            );
+        }
+        assert_eq!(p.publish(b"abc").unwrap(), 1);
+        let mut c = p.claim(5).unwrap();
+        c.copy_from_slice(b"defgh");
+        assert_eq!(c.commit().unwrap(), 2);
+        drop(p.claim(4).unwrap());
+        assert_eq!(p.publish(&vec![7u8; max]).unwrap(), 3);
+        assert_eq!(p.published(), 3);
+        assert_eq!(p.next_seq(), 4);
+        let r = CountersReader::open(bus.counters_path().unwrap()).unwrap();
+        let value = |name: &str| r.index_of(name).and_then(|i| r.value(i)).unwrap();
+        assert_eq!(value("pub.md.messages"), 3);
+        assert_eq!(value("pub.md.bytes"), 8 + max as u64);
+        assert_eq!(value("pub.md.last_seq"), 3);
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            s.poll(|e| {
+                if let crate::Event::Message(m) = e {
+                    got.push((m.seq(), m.payload().len()));
+                }
+            })
+            .unwrap();
+        }
+        assert_eq!(got, [(1, 3), (2, 5), (3, max)]);
+        drop((p, s, bus));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -23,6 +23,7 @@
 //! first datagram dropped for each reason on each stream.
 
 use std::path::PathBuf;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -478,6 +479,7 @@ impl BusCounters {
             errors,
             ticks: 0,
             drops_seen: 0,
+            hot: None,
             channel: format!(
                 "{} `{channel}`",
                 match role {
@@ -680,10 +682,67 @@ pub struct Slots {
     ticks: u64,
     /// Drop reasons already logged, one bit per [`DropReason::ALL`] index.
     drops_seen: u32,
+    /// Three slots resolved once for [`Slots::set3`] (see [`Slots::resolve3`]).
+    hot: Option<Hot3>,
     channel: String,
 }
 
+/// Three of a handle's words in the mapped file with their offsets, looked
+/// up once: a per-message update is then a plain store each, with no
+/// bounds check or offset lookup.
+#[derive(Debug)]
+struct Hot3 {
+    words: [NonNull<AtomicU64>; 3],
+    offsets: [u64; 3],
+}
+
+// SAFETY: the words point into the counters file's mapping, which the
+// `Arc<BusCounters>` of the `Slots` holding this keeps mapped for as long
+// as this lives; they are only touched atomically, and `AtomicU64` is
+// `Send` and `Sync`.
+unsafe impl Send for Hot3 {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Hot3 {}
+
 impl Slots {
+    /// Resolves slots `i` for [`Slots::set3`]; when one is out of range,
+    /// `set3` falls back to [`Slots::set`] (which ignores it).
+    pub fn resolve3(&mut self, i: [usize; 3]) {
+        let word = |k: usize| {
+            let o = *self.offsets.get(i[k])?;
+            let w = self.bus.file.slot(self.base + i[k])?;
+            Some((NonNull::from(w), o))
+        };
+        self.hot = match (word(0), word(1), word(2)) {
+            (Some(a), Some(b), Some(c)) => Some(Hot3 {
+                words: [a.0, b.0, c.0],
+                offsets: [a.1, b.1, c.1],
+            }),
+            _ => None,
+        };
+    }
+
+    /// Stores `values` in slots `i`, as [`Slots::set`] would (single
+    /// writer: relaxed): plain stores when `i` is what [`Slots::resolve3`]
+    /// was given, which the caller keeps the same.
+    #[inline]
+    pub fn set3(&self, i: [usize; 3], values: [u64; 3]) {
+        match &self.hot {
+            Some(h) => {
+                for ((w, o), v) in h.words.iter().zip(h.offsets).zip(values) {
+                    // SAFETY: see `Hot3`: the mapping outlives `self`.
+                    let w = unsafe { w.as_ref() };
+                    w.store(o.wrapping_add(v), Ordering::Relaxed);
+                }
+            }
+            None => {
+                for (i, v) in i.into_iter().zip(values) {
+                    self.set(i, v);
+                }
+            }
+        }
+    }
+
     /// Stores `value` in the handle's slot `i` (single writer: relaxed).
     #[inline]
     pub fn set(&self, i: usize, value: u64) {
