@@ -1541,6 +1541,31 @@ mod tests {
     }
 
     #[test]
+    fn the_in_order_path_hands_over_to_the_general_one_and_back() {
+        let mut t = T::new(config());
+        // In order on A: delivered from the datagram.
+        t.feed(Line::A, &data(1, 1, 3, false), 0).unwrap();
+        // B's copies are duplicates; B then runs ahead past a hole.
+        t.feed(Line::B, &data(1, 1, 3, false), US).unwrap();
+        t.feed(Line::B, &data(1, 5, 1, false), US).unwrap();
+        assert_eq!(t.take(), vec![msg(1), msg(2), msg(3)]);
+        // The hole filled on A releases the held message; then in order
+        // again.
+        t.feed(Line::A, &data(1, 4, 1, false), 2 * US).unwrap();
+        t.feed(Line::A, &data(1, 6, 2, false), 2 * US).unwrap();
+        assert_eq!(t.take(), vec![msg(4), msg(5), msg(6), msg(7)]);
+        let c = t.sub.counters();
+        assert_eq!(
+            (c.messages_delivered, c.wins_a, c.wins_b, c.duplicates),
+            (7, 6, 1, 3)
+        );
+        assert_eq!((c.gaps_detected, c.requests_sent), (1, 0));
+        assert_eq!(t.sub.next_seq(), 8);
+        assert_eq!(t.sub.outstanding(), 0);
+        assert!(t.requests.is_empty(), "filled within nak_delay");
+    }
+
+    #[test]
     fn out_of_order_waits_and_duplicates_are_dropped() {
         let mut t = T::new(config());
         t.feed(Line::A, &data(1, 1, 1, false), 0).unwrap();
