@@ -32,7 +32,9 @@
 //! default 100 000), `MDBUS_BENCH_WARMUP` (default 5 000),
 //! `MDBUS_BENCH_MESSAGES` (messages of the throughput case, default
 //! 5 000 000), `MDBUS_BENCH_SERVICE_INTERVAL` (`mdbus-udp-svc`: time
-//! between the service thread's rounds, default `1ms`), and `MDBUS_BENCH_CORES`, `MDBUS_BENCH_WAIT`,
+//! between the service thread's rounds, default `1ms`),
+//! `MDBUS_BENCH_HEARTBEAT_TIMEOUT` (the UDP subscribers' publisher
+//! silence timeout, default the library's; raise it under valgrind), and `MDBUS_BENCH_CORES`, `MDBUS_BENCH_WAIT`,
 //! `MDBUS_BENCH_STALL_SECS`, `MDBUS_BENCH_JSON` as for the other benches.
 //!
 //! The parent process is ping (round trips) or the receiver (throughput);
@@ -76,6 +78,7 @@ const PORT_ENV: &str = "MDBUS_BENCH_PORT";
 const MESSAGES_ENV: &str = "MDBUS_BENCH_MESSAGES";
 /// `mdbus-udp-svc`: time between the service thread's rounds.
 const SERVICE_INTERVAL_ENV: &str = "MDBUS_BENCH_SERVICE_INTERVAL";
+const HEARTBEAT_TIMEOUT_ENV: &str = "MDBUS_BENCH_HEARTBEAT_TIMEOUT";
 
 // Throughput case: the datagram layout of an mdbus stream (docs/WIRE.md),
 // reproduced by the raw peer.
@@ -563,6 +566,15 @@ fn udp_bus(port: u16, size: usize, served: bool) -> Result<mdbus::Bus> {
             .map_err(|e| bench_err!("{SERVICE_INTERVAL_ENV}: {e}"))?,
         Err(_) => mdbus::config::ServiceConfig::default().interval,
     };
+    // Under valgrind a side runs tens of times slower: a longer silence
+    // must not read as the publisher gone.
+    let heartbeat_timeout = match std::env::var(HEARTBEAT_TIMEOUT_ENV) {
+        Ok(text) => Some(
+            mdbus::config::duration_str::parse(&text)
+                .map_err(|e| bench_err!("{HEARTBEAT_TIMEOUT_ENV}: {e}"))?,
+        ),
+        Err(_) => None,
+    };
     mdbus_benches::mdbus_bus(|cfg| {
         cfg.transport = TransportKind::Udp;
         cfg.service.thread = served;
@@ -576,6 +588,10 @@ fn udp_bus(port: u16, size: usize, served: bool) -> Result<mdbus::Bus> {
                 ttl: 0,
                 late_join: LateJoin::Oldest,
                 ..Default::default()
+            };
+            let s = StreamConfig {
+                heartbeat_timeout: heartbeat_timeout.unwrap_or(s.heartbeat_timeout),
+                ..s
             };
             cfg.streams.insert(name.into(), s);
         }

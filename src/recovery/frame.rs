@@ -428,8 +428,17 @@ impl<'a> Iterator for Messages<'a> {
         if self.left == 0 {
             return None;
         }
-        let (h, payload) = Header::decode(self.rest).ok()?;
-        self.rest = &self.rest[HEADER_LEN + payload.len()..];
+        // `decode` checked every header: read the fields, not the checks
+        // again (a short rest still ends the walk rather than panicking).
+        let (head, rest) = self.rest.split_first_chunk::<HEADER_LEN>()?;
+        let h = Header {
+            seq: u64_at(head, 0),
+            len: u32_at(head, 8),
+            flags: u32_at(head, 12),
+            timestamp: u64_at(head, 16),
+        };
+        let payload = rest.get(..h.len as usize)?;
+        self.rest = &rest[payload.len()..];
         self.left -= 1;
         Some((h, payload))
     }

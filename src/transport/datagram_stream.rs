@@ -538,6 +538,8 @@ impl<L: DatagramLink> DatagramSubscriber<L> {
         Ok(woke)
     }
 
+    #[cold]
+    #[inline(never)]
     fn send_pending(&mut self) -> Result<()> {
         let n = std::mem::replace(&mut self.pending.n, 0);
         if n == 0 {
@@ -566,7 +568,7 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
             let (core, pending, publisher) =
                 (&mut self.core, &mut self.pending, &mut self.publisher[i]);
             self.lines[i].poll(max, &mut |peer, bytes: &[u8]| {
-                let before = core.counters().messages_delivered;
+                let before = core.messages_delivered();
                 let key = L::source_key(&peer);
                 // Malformed, foreign and unconfirmed datagrams are counted
                 // by the core.
@@ -578,14 +580,14 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
                     // requests at; requests go to the bound source only.
                     *publisher = Some(peer);
                 }
-                delivered += (core.counters().messages_delivered - before) as usize;
+                delivered += (core.messages_delivered() - before) as usize;
             })?;
         }
         let (core, pending) = (&mut self.core, &mut self.pending);
-        let before = core.counters().messages_delivered;
+        let before = core.messages_delivered();
         core.tick(now, &mut *f, |req: &[u8]| pending.push(req));
-        delivered += (core.counters().messages_delivered - before) as usize;
-        let throttled = core.counters().throttled;
+        delivered += (core.messages_delivered() - before) as usize;
+        let throttled = core.throttled();
         if throttled != self.throttled_logged {
             self.throttled_logged = throttled;
             log::warn!(
@@ -595,7 +597,10 @@ impl<L: DatagramLink> StreamReceive for DatagramSubscriber<L> {
                 self.channel
             );
         }
-        self.send_pending()?;
+        // Requests are rare: the busy poll pays one test, not a call.
+        if self.pending.n != 0 {
+            self.send_pending()?;
+        }
         Ok(delivered)
     }
 }

@@ -107,6 +107,9 @@ struct RxBatch {
     iov: Box<[libc::iovec]>,
     names: Box<[libc::sockaddr_in]>,
     hdrs: Box<[libc::mmsghdr]>,
+    /// Headers the last call filled: only these have their name length
+    /// changed by the kernel and need it reset.
+    filled: usize,
 }
 
 impl RxBatch {
@@ -120,8 +123,10 @@ impl RxBatch {
             names: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             // SAFETY: as above.
             hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
+            filled: 0,
         };
         for i in 0..BATCH {
+            b.hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             b.iov[i].iov_base = b.bufs[i * slot..].as_mut_ptr().cast();
             b.iov[i].iov_len = slot;
             b.hdrs[i].msg_hdr.msg_iov = &mut b.iov[i];
@@ -134,13 +139,18 @@ impl RxBatch {
     /// Receives up to `max` datagrams without blocking; returns how many.
     fn recv(&mut self, fd: libc::c_int, max: usize) -> std::io::Result<usize> {
         let n = max.min(BATCH);
-        for h in &mut self.hdrs[..n] {
+        // A busy poll's empty reads leave every header as it was: reset
+        // only what the last read that returned datagrams changed, not the
+        // whole batch on every poll.
+        for h in &mut self.hdrs[..std::mem::take(&mut self.filled)] {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_len = 0;
         }
         // SAFETY: `hdrs[..n]` point at buffers, iovecs and names owned by
         // `self`, which outlive the call.
-        unsafe { crate::sys::net::recv_batch(fd, &mut self.hdrs[..n]) }
+        let got = unsafe { crate::sys::net::recv_batch(fd, &mut self.hdrs[..n]) }?;
+        self.filled = got;
+        Ok(got)
     }
 
     fn datagram(&self, i: usize, slot: usize) -> (SocketAddrV4, &[u8]) {
