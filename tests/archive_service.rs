@@ -207,8 +207,8 @@ fn read_all(src: &mut RemoteSource, n: u64) -> u64 {
     got
 }
 
-/// The first error a hostile request's session gets.
-fn hostile(bus: &Bus, request: &[u8]) -> String {
+/// The first message the service answers a request sent as raw bytes with.
+fn first_reply(bus: &Bus, request: &[u8]) -> Vec<u8> {
     let mut s = bus.session_connect(SERVICE).unwrap();
     s.send(request).unwrap();
     let mut reply = Vec::new();
@@ -217,6 +217,12 @@ fn hostile(bus: &Bus, request: &[u8]) -> String {
         assert!(start.elapsed().as_secs() < 60, "watchdog: no reply");
         s.poll(|m| reply = m.payload().to_vec()).unwrap();
     }
+    reply
+}
+
+/// The first error a hostile request's session gets.
+fn hostile(bus: &Bus, request: &[u8]) -> String {
+    let reply = first_reply(bus, request);
     assert_eq!(reply[0], 3, "an error message: {reply:?}");
     String::from_utf8(reply[8..].to_vec()).unwrap()
 }
@@ -520,14 +526,7 @@ fn a_requester_rejects_what_a_hostile_service_sends() {
 /// The kind and first field (`a`) of the first entry of the answer to a
 /// request sent as raw bytes.
 fn first_entry(bus: &Bus, request: &[u8]) -> (u8, u64) {
-    let mut s = bus.session_connect(SERVICE).unwrap();
-    s.send(request).unwrap();
-    let mut reply = Vec::new();
-    let start = std::time::Instant::now();
-    while reply.is_empty() {
-        assert!(start.elapsed().as_secs() < 60, "watchdog: no reply");
-        s.poll(|m| reply = m.payload().to_vec()).unwrap();
-    }
+    let reply = first_reply(bus, request);
     assert_eq!(reply[0], 1, "items: {reply:?}");
     let a = u64::from_le_bytes(reply[16..24].try_into().unwrap());
     (reply[8], a)
