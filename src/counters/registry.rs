@@ -692,6 +692,8 @@ pub struct Slots {
 /// bounds check or offset lookup.
 #[derive(Debug)]
 struct Hot3 {
+    /// The slots resolved.
+    slots: [usize; 3],
     words: [NonNull<AtomicU64>; 3],
     offsets: [u64; 3],
 }
@@ -715,6 +717,7 @@ impl Slots {
         };
         self.hot = match (word(0), word(1), word(2)) {
             (Some(a), Some(b), Some(c)) => Some(Hot3 {
+                slots: i,
                 words: [a.0, b.0, c.0],
                 offsets: [a.1, b.1, c.1],
             }),
@@ -724,18 +727,19 @@ impl Slots {
 
     /// Stores `values` in slots `i`, as [`Slots::set`] would (single
     /// writer: relaxed): plain stores when `i` is what [`Slots::resolve3`]
-    /// was given, which the caller keeps the same.
+    /// was given (a compare of constants at the one call site), else
+    /// through `set`.
     #[inline]
     pub fn set3(&self, i: [usize; 3], values: [u64; 3]) {
         match &self.hot {
-            Some(h) => {
+            Some(h) if h.slots == i => {
                 for ((w, o), v) in h.words.iter().zip(h.offsets).zip(values) {
                     // SAFETY: see `Hot3`: the mapping outlives `self`.
                     let w = unsafe { w.as_ref() };
                     w.store(o.wrapping_add(v), Ordering::Relaxed);
                 }
             }
-            None => {
+            _ => {
                 for (i, v) in i.into_iter().zip(values) {
                     self.set(i, v);
                 }
