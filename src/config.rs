@@ -247,6 +247,12 @@ pub struct StreamConfig {
     /// Idle time after which a publisher sends a heartbeat.
     #[serde(with = "duration_str")]
     pub heartbeat_interval: Duration,
+    /// While the stream stays idle, each further heartbeat comes twice as
+    /// long after the previous one, up to this; data starts again at
+    /// `heartbeat_interval`. At least `heartbeat_interval` and below
+    /// `heartbeat_timeout`.
+    #[serde(with = "duration_str")]
+    pub heartbeat_max_interval: Duration,
     /// Silence after which a subscriber reports the publisher down.
     #[serde(with = "duration_str")]
     pub heartbeat_timeout: Duration,
@@ -374,6 +380,10 @@ impl Default for StreamConfig {
             loopback: true,
             max_datagram: 1472,
             heartbeat_interval: Duration::from_millis(100),
+            // A quarter of the timeout: an idle publisher's subscribers
+            // hear four heartbeat pairs per timeout, and report a live one
+            // down only when three pairs in a row are lost.
+            heartbeat_max_interval: Duration::from_millis(250),
             heartbeat_timeout: Duration::from_secs(1),
             retransmit_timeout: Duration::from_millis(10),
             retransmit_retries: 10,
@@ -1021,6 +1031,31 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
             ),
         ));
     }
+    if s.heartbeat_max_interval < s.heartbeat_interval {
+        return Err((
+            format!("{key}.heartbeat_max_interval"),
+            format!(
+                "{} is below heartbeat_interval ({}): idle heartbeats back off from \
+                 heartbeat_interval up to heartbeat_max_interval; raise heartbeat_max_interval \
+                 or lower heartbeat_interval",
+                duration_str::format(s.heartbeat_max_interval),
+                duration_str::format(s.heartbeat_interval)
+            ),
+        ));
+    }
+    // Subscribers must hear an idle publisher before they take it for down.
+    if s.heartbeat_max_interval >= s.heartbeat_timeout {
+        return Err((
+            format!("{key}.heartbeat_max_interval"),
+            format!(
+                "{} is not below heartbeat_timeout ({}): subscribers would report an idle \
+                 publisher down between two of its heartbeats; lower heartbeat_max_interval \
+                 (a quarter of heartbeat_timeout or less) or raise heartbeat_timeout",
+                duration_str::format(s.heartbeat_max_interval),
+                duration_str::format(s.heartbeat_timeout)
+            ),
+        ));
+    }
     if s.line_timeout.is_zero() {
         return Err((
             format!("{key}.line_timeout"),
@@ -1574,7 +1609,7 @@ mod tests {
             [streams.md]
             group = "239.1.1.1:5000"
             recv_buffer = 33554432
-            heartbeat_timeout = "90ns"
+            heartbeat_timeout = "90s"
             [sessions.orders]
             address = "10.0.0.1:7000"
             connect_timeout = "1m"
@@ -1593,7 +1628,8 @@ mod tests {
             "join_timeout = \"2m\"",
             "ud_send_depth = 256",
             "heartbeat_interval = \"100ms\"",
-            "heartbeat_timeout = \"90ns\"",
+            "heartbeat_max_interval = \"250ms\"",
+            "heartbeat_timeout = \"90s\"",
             "recv_buffer = 33554432",
             "max_memory = 8589934592",
         ] {
@@ -1642,6 +1678,53 @@ mod tests {
         // Off by default, and then the window does not matter.
         let c = Config::from_toml_str("[streams.md]\nlossy_window = \"0s\"\n", "f.toml").unwrap();
         assert_eq!(c.stream("md").lossy_share_percent, 0);
+    }
+
+    #[test]
+    fn heartbeat_max_interval_must_lie_between_the_interval_and_the_timeout() {
+        let refused = |keys: &str| {
+            Config::from_toml_str(&format!("[streams.md]\n{keys}"), "f.toml").unwrap_err()
+        };
+        let e = refused("heartbeat_interval = \"300ms\"\n");
+        assert_eq!(
+            e.to_string(),
+            "f.toml: streams.md.heartbeat_max_interval: 250ms is below heartbeat_interval \
+             (300ms): idle heartbeats back off from heartbeat_interval up to \
+             heartbeat_max_interval; raise heartbeat_max_interval or lower heartbeat_interval"
+        );
+        let e = refused("heartbeat_max_interval = \"1s\"\n");
+        assert_eq!(
+            e.to_string(),
+            "f.toml: streams.md.heartbeat_max_interval: 1s is not below heartbeat_timeout \
+             (1s): subscribers would report an idle publisher down between two of its \
+             heartbeats; lower heartbeat_max_interval (a quarter of heartbeat_timeout or \
+             less) or raise heartbeat_timeout"
+        );
+        let e = refused("heartbeat_timeout = \"200ms\"\n");
+        assert_eq!(e.key, "streams.md.heartbeat_max_interval");
+        assert!(
+            e.message
+                .contains("250ms is not below heartbeat_timeout (200ms)"),
+            "{e}"
+        );
+        // Equal to the interval: the fixed schedule; just below the timeout.
+        let ms = Duration::from_millis;
+        for (keys, interval, max) in [
+            ("heartbeat_max_interval = \"100ms\"\n", ms(100), ms(100)),
+            (
+                "heartbeat_interval = \"1s\"\nheartbeat_max_interval = \"1s\"\n\
+                 heartbeat_timeout = \"1001ms\"\n",
+                ms(1000),
+                ms(1000),
+            ),
+        ] {
+            let c = Config::from_toml_str(&format!("[streams.md]\n{keys}"), "f.toml").unwrap();
+            let s = c.stream("md");
+            assert_eq!(
+                (s.heartbeat_interval, s.heartbeat_max_interval),
+                (interval, max)
+            );
+        }
     }
 
     #[test]

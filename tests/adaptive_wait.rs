@@ -428,7 +428,8 @@ fn a_sleeping_ud_subscriber_is_woken_by_each_message() {
     let bus = |interface: String| {
         let text = format!(
             "transport = \"verbs\"\n[threads]\nwait = \"adaptive\"\n[streams.s]\n\
-             group = \"{group}\"\ninterface = \"{interface}\"\nheartbeat_interval = \"1s\"\n"
+             group = \"{group}\"\ninterface = \"{interface}\"\nheartbeat_interval = \"1s\"\n\
+             heartbeat_max_interval = \"1s\"\nheartbeat_timeout = \"5s\"\n"
         );
         Bus::new(Config::from_toml_str(&text, "test.toml").unwrap()).unwrap()
     };

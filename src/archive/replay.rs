@@ -103,7 +103,7 @@ pub struct ReplaySubscriber {
     epoch_wait: Option<Instant>,
     /// How long: the stream's `heartbeat_timeout`, after which a silent
     /// publisher is taken for down anyway (a live one sends a heartbeat
-    /// every `heartbeat_interval`).
+    /// at least every `heartbeat_max_interval`).
     epoch_wait_for: Duration,
     stats: ReplayStats,
 }

@@ -48,8 +48,17 @@ pub struct PublisherConfig {
     pub retain_messages: usize,
     /// Payload bytes kept for retransmission; at least `max_message`.
     pub retain_bytes: usize,
-    /// Idle time after which a heartbeat is sent.
+    /// Idle time after which a heartbeat is sent: the first heartbeat
+    /// after a datagram of data (or after [`close`](PublisherCore::close))
+    /// comes this long after it, so a message lost on an idle stream is
+    /// announced this soon.
     pub heartbeat_interval: Duration,
+    /// Each further heartbeat on a stream that stays idle comes twice as
+    /// long after the previous one, up to this (PGM's heartbeat back-off):
+    /// an idle stream wakes its subscribers less often. At least
+    /// `heartbeat_interval`; keep it well below the subscribers'
+    /// `publisher_timeout`, which must see several heartbeats.
+    pub heartbeat_max_interval: Duration,
     /// Most messages resent in answer to one request, and the size of each
     /// requester's token bucket.
     pub retransmit_burst: u32,
@@ -126,7 +135,8 @@ struct RecentRepair {
 impl PublisherConfig {
     /// Defaults for stream `stream_id` and incarnation `epoch`: 1472-byte
     /// datagrams, 64 KiB messages, 65536 messages and 16 MiB retained,
-    /// heartbeats every 10 ms, at most 1024 messages and 64 KiB per
+    /// heartbeats 10 ms after the last datagram, backing off to every
+    /// 25 ms, at most 1024 messages and 64 KiB per
     /// request, 100,000 messages per second per requester, 200,000 for all
     /// requesters together (bursts of 8192), repairs to the requester, a
     /// 250 µs linger, requesters held to 10% of the stream per second.
@@ -139,6 +149,7 @@ impl PublisherConfig {
             retain_messages: 65536,
             retain_bytes: 16 << 20,
             heartbeat_interval: Duration::from_millis(10),
+            heartbeat_max_interval: Duration::from_millis(25),
             retransmit_burst: 1024,
             retransmit_rate: 100_000,
             retransmit_global_burst: 8192,
@@ -192,6 +203,16 @@ impl PublisherConfig {
         }
         if self.heartbeat_interval.is_zero() {
             return err("heartbeat_interval", "0 is not allowed".into());
+        }
+        if self.heartbeat_max_interval < self.heartbeat_interval {
+            return err(
+                "heartbeat_max_interval",
+                format!(
+                    "{:?} is below heartbeat_interval ({:?}): idle heartbeats back off from \
+                     heartbeat_interval up to heartbeat_max_interval",
+                    self.heartbeat_max_interval, self.heartbeat_interval
+                ),
+            );
         }
         if self.retransmit_burst == 0 {
             return err("retransmit_burst", "0 is not allowed: at least 1".into());
@@ -359,6 +380,11 @@ pub struct PublisherCore {
     epoch: u64,
     max_message: usize,
     heartbeat_ns: u64,
+    heartbeat_max_ns: u64,
+    /// How long after the last datagram the next heartbeat is due:
+    /// `heartbeat_ns` after data (or `close`), doubled after each idle
+    /// heartbeat, at most `heartbeat_max_ns`.
+    idle_gap: u64,
     limits: Limits,
     retained: Retained,
     /// The datagram being filled with new messages: messages
@@ -417,6 +443,10 @@ fn window_bytes(cfg: &PublisherConfig) -> usize {
         .max(2 * largest + cfg.max_datagram)
 }
 
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
 /// `head` followed by `body`, in `buf` when `body` is not empty.
 #[inline]
 fn join<'a>(buf: &'a mut [u8], head: &'a [u8], body: &'a [u8]) -> &'a [u8] {
@@ -447,7 +477,9 @@ impl PublisherCore {
             stream_id: cfg.stream_id,
             epoch: cfg.epoch,
             max_message: cfg.max_message,
-            heartbeat_ns: cfg.heartbeat_interval.as_nanos().min(u64::MAX as u128) as u64,
+            heartbeat_ns: ns(cfg.heartbeat_interval),
+            heartbeat_max_ns: ns(cfg.heartbeat_max_interval),
+            idle_gap: ns(cfg.heartbeat_interval),
             limits: Limits {
                 stream_id: cfg.stream_id,
                 max_datagram: d,
@@ -741,11 +773,13 @@ impl PublisherCore {
     /// Call regularly: flushes the pending datagram, and when nothing went
     /// out for `heartbeat_interval` sends a heartbeat, twice in a row
     /// (after [`close`](Self::close), the end-of-stream marker again,
-    /// twice).
+    /// twice). While the stream stays idle each further pair comes twice
+    /// as long after the previous one, up to `heartbeat_max_interval`;
+    /// data (or `close`) starts the schedule again.
     pub fn tick<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
         self.flush(now, &mut emit);
         let idle = match self.last_sent {
-            Some(t) => now.saturating_sub(t) >= self.heartbeat_ns,
+            Some(t) => now.saturating_sub(t) >= self.idle_gap,
             None => true,
         };
         if idle {
@@ -754,6 +788,7 @@ impl PublisherCore {
             } else {
                 Kind::Heartbeat
             };
+            let next_gap = self.idle_gap.saturating_mul(2).min(self.heartbeat_max_ns);
             // Twice, back to back: a subscriber believes a heartbeat that
             // announces messages it has not seen (or an end of stream)
             // only when the next datagram repeats it, so the second copy
@@ -763,13 +798,16 @@ impl PublisherCore {
             for _ in 0..2 {
                 self.control_datagram(kind, now, &mut emit);
             }
+            // Set after the pair: `sent` starts the schedule again, for data.
+            self.idle_gap = next_gap;
         }
     }
 
     /// Ends the stream: flushes and sends the end-of-stream marker (three
     /// times), which
-    /// [`tick`](Self::tick) repeats at the heartbeat interval so that a
-    /// subscriber that lost it still learns. Retransmit requests are still
+    /// [`tick`](Self::tick) repeats on the heartbeats' schedule (the first
+    /// repeat `heartbeat_interval` after the close, then backing off) so
+    /// that a subscriber that lost it still learns. Retransmit requests are still
     /// answered.
     pub fn close<E: FnMut(&[u8])>(&mut self, now: u64, mut emit: E) {
         self.flush(now, &mut emit);
@@ -1010,6 +1048,7 @@ impl PublisherCore {
         if datagrams > 0 {
             self.counters.datagrams_sent += datagrams;
             self.last_sent = Some(now);
+            self.idle_gap = self.heartbeat_ns;
         }
     }
 
@@ -1461,6 +1500,135 @@ mod tests {
         assert_eq!(
             p.publish(b"late", None, 0, |_: &[u8]| {}),
             Err(PublishError::Closed)
+        );
+    }
+
+    /// The times of the heartbeat pairs `tick` sends, called every
+    /// `step` ns over `from..to`, and their kind; each pair checked to be
+    /// two identical datagrams.
+    fn rounds(p: &mut PublisherCore, from: u64, to: u64, step: u64) -> Vec<(u64, Kind)> {
+        let mut rounds = Vec::new();
+        let mut now = from;
+        while now < to {
+            let mut out = Vec::new();
+            p.tick(now, |d: &[u8]| out.push(d.to_vec()));
+            if !out.is_empty() {
+                assert_eq!(out.len(), 2, "at {now}");
+                assert_eq!(out[0], out[1]);
+                rounds.push((now, seqs(&out)[0].0));
+            }
+            now += step;
+        }
+        rounds
+    }
+
+    fn gaps(rounds: &[(u64, Kind)], since: u64) -> Vec<u64> {
+        let mut last = since;
+        rounds
+            .iter()
+            .map(|&(t, _)| {
+                let gap = t - last;
+                last = t;
+                gap
+            })
+            .collect()
+    }
+
+    #[test]
+    fn idle_heartbeats_back_off_to_the_max_interval_and_data_resets_them() {
+        // 100 us after data, then 200, 400, 800, capped at 1 ms.
+        let mut p = PublisherCore::new(&PublisherConfig {
+            heartbeat_max_interval: Duration::from_millis(1),
+            ..config()
+        })
+        .unwrap();
+        p.publish(b"a", None, 0, |_: &[u8]| {}).unwrap();
+        p.flush(0, |_: &[u8]| {});
+        let r = rounds(&mut p, 1_000, 5_000_000, 1_000);
+        assert!(r.iter().all(|&(_, k)| k == Kind::Heartbeat), "{r:?}");
+        assert_eq!(
+            gaps(&r, 0),
+            [100_000, 200_000, 400_000, 800_000]
+                .into_iter()
+                .chain([1_000_000; 3])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(p.counters().heartbeats_sent, 14);
+        // Data, mid-gap: the next heartbeat comes one interval after it,
+        // and the back-off starts again.
+        let last = r.last().unwrap().0;
+        p.publish(b"b", None, last + 300_000, |_: &[u8]| {})
+            .unwrap();
+        p.flush(last + 300_000, |_: &[u8]| {});
+        let r = rounds(&mut p, last + 301_000, last + 2_000_000, 1_000);
+        assert_eq!(
+            gaps(&r, last + 300_000),
+            [100_000, 200_000, 400_000, 800_000]
+        );
+        // A publisher that never sent anything starts at once and backs
+        // off from there.
+        let mut p = PublisherCore::new(&PublisherConfig {
+            heartbeat_max_interval: Duration::from_micros(300),
+            ..config()
+        })
+        .unwrap();
+        let r = rounds(&mut p, 0, 1_500_000, 1_000);
+        assert_eq!(
+            gaps(&r, 0),
+            [0, 200_000, 300_000, 300_000, 300_000, 300_000]
+        );
+    }
+
+    #[test]
+    fn max_equal_to_the_interval_keeps_the_fixed_schedule() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            heartbeat_max_interval: Duration::from_micros(100),
+            ..config()
+        })
+        .unwrap();
+        p.publish(b"a", None, 0, |_: &[u8]| {}).unwrap();
+        p.flush(0, |_: &[u8]| {});
+        let r = rounds(&mut p, 1_000, 1_000_000, 1_000);
+        assert_eq!(gaps(&r, 0), [100_000; 9]);
+    }
+
+    #[test]
+    fn end_of_stream_repeats_follow_the_heartbeat_schedule_from_the_close() {
+        let mut p = PublisherCore::new(&PublisherConfig {
+            heartbeat_max_interval: Duration::from_micros(500),
+            ..config()
+        })
+        .unwrap();
+        p.publish(b"a", None, 0, |_: &[u8]| {}).unwrap();
+        p.flush(0, |_: &[u8]| {});
+        // Backed off when the stream closes...
+        let r = rounds(&mut p, 1_000, 700_001, 1_000);
+        assert_eq!(gaps(&r, 0), [100_000, 200_000, 400_000]);
+        let mut out = Vec::new();
+        p.close(1_000_000, |d: &[u8]| out.push(d.to_vec()));
+        assert_eq!(out.len(), 3);
+        // ...which starts the schedule again: a subscriber that lost the
+        // three markers learns of the end one interval later.
+        let r = rounds(&mut p, 1_001_000, 3_000_000, 1_000);
+        assert!(r.iter().all(|&(_, k)| k == Kind::EndOfStream), "{r:?}");
+        assert_eq!(
+            gaps(&r, 1_000_000),
+            [100_000, 200_000, 400_000, 500_000, 500_000]
+        );
+    }
+
+    #[test]
+    fn a_max_interval_below_the_interval_is_refused_by_name() {
+        let e = PublisherCore::new(&PublisherConfig {
+            heartbeat_max_interval: Duration::from_micros(99),
+            ..config()
+        })
+        .unwrap_err();
+        assert_eq!(e.key, "heartbeat_max_interval");
+        assert_eq!(
+            e.to_string(),
+            "<publisher>: heartbeat_max_interval: 99µs is below heartbeat_interval (100µs): \
+             idle heartbeats back off from heartbeat_interval up to heartbeat_max_interval"
         );
     }
 

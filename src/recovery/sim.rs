@@ -276,6 +276,9 @@ fn pub_config(epoch: u64) -> PublisherConfig {
         retain_messages: 1 << 17,
         retain_bytes: 8 << 20,
         heartbeat_interval: Duration::from_micros(20),
+        // A fixed schedule, well within the subscriber's 2 ms timeout: the
+        // scenarios pin recovery down; the back-off has scenarios of its own.
+        heartbeat_max_interval: Duration::from_micros(20),
         retransmit_burst: 4096,
         retransmit_rate: 0,
         ..PublisherConfig::new(7, epoch)
@@ -885,10 +888,10 @@ fn a_heartbeat_reveals_a_lost_tail() {
 }
 
 /// A publisher that sends one message and then waits (as in a round
-/// trip), with a heartbeat interval of 1 ms: the message it is idle after
-/// is lost on the line, and so are the first `lost_heartbeats`
-/// heartbeats after it. Returns how long after its publication message 3
-/// was delivered.
+/// trip), with a heartbeat interval of 1 ms backing off to 4 ms: the
+/// message it is idle after is lost on the line, and so are the first
+/// `lost_heartbeats` heartbeats after it. Returns how long after its
+/// publication message 3 was delivered.
 fn idle_loss_recovery_time(lost_heartbeats: u32) -> u64 {
     let interval = 5 * MS;
     let mut sim = Sim::new(
@@ -899,6 +902,7 @@ fn idle_loss_recovery_time(lost_heartbeats: u32) -> u64 {
         },
         PublisherConfig {
             heartbeat_interval: Duration::from_millis(1),
+            heartbeat_max_interval: Duration::from_millis(4),
             ..pub_config(1)
         },
         Load {
@@ -935,16 +939,75 @@ fn a_message_lost_on_an_idle_stream_is_recovered_after_one_heartbeat() {
 }
 
 #[test]
-fn a_lost_heartbeat_on_an_idle_stream_delays_recovery_by_one_interval() {
+fn a_lost_heartbeat_on_an_idle_stream_delays_recovery_to_the_next_backed_off_one() {
     // One copy of the first heartbeat lost: the next heartbeat completes
     // the claim. Both copies lost: the next heartbeat alone is enough.
+    // The next one comes twice the interval after the first (back-off).
     for lost in [1, 2] {
         let t = idle_loss_recovery_time(lost);
         assert!(
-            (2 * MS..2 * MS + 100 * US).contains(&t),
+            (3 * MS..3 * MS + 100 * US).contains(&t),
             "{lost} lost: recovered after {t} ns"
         );
     }
+}
+
+#[test]
+fn an_idle_stream_on_the_default_schedule_stays_up_and_its_lost_tail_is_recovered() {
+    // The stream defaults: heartbeats 100 ms after data, backing off to
+    // 250 ms, and a subscriber timeout of 1 s; ten seconds idle after the
+    // last message, which is lost on the line.
+    let stream = crate::config::StreamConfig::default();
+    let mut sim = Sim::new(
+        14,
+        SubscriberConfig {
+            publisher_timeout: stream.heartbeat_timeout,
+            ..sub_config()
+        },
+        PublisherConfig {
+            heartbeat_interval: stream.heartbeat_interval,
+            heartbeat_max_interval: stream.heartbeat_max_interval,
+            ..pub_config(1)
+        },
+        Load {
+            messages: 5,
+            interval: MS,
+            flush_ppm: 1_000_000,
+            ..SMALL
+        },
+    );
+    sim.tick_period = MS;
+    sim.net.drop_live = |seq| seq == 5;
+    let published_5 = FIRST_PUBLISH + 4 * MS;
+    sim.run_until(10_000 * MS);
+    // Every message once, in order, and nothing else: no loss reported,
+    // and never the publisher down.
+    sim.assert_all_delivered(1, 5);
+    let c = sim.sub.counters();
+    assert_eq!((c.recovered, c.publisher_down), (1, 0));
+    // Recovered after the first heartbeat, 100 ms after the message (at
+    // the next 1 ms tick), plus a request and a reply.
+    let delivered_5 = sim
+        .events
+        .iter()
+        .find(|(_, e)| matches!(e, Ev::Msg(5, _)))
+        .map(|&(t, _)| t)
+        .unwrap();
+    let t = delivered_5 - published_5;
+    assert!((100 * MS..102 * MS).contains(&t), "recovered after {t} ns");
+    // Pairs: one at the start (before any data), then 100 ms after the
+    // last message (tick at 105 ms), 200 ms later, then every 250 ms to
+    // 10 s: 1 + 2 + 38 pairs, against 1 + 99 on a fixed 100 ms schedule.
+    let p = sim.publisher.counters();
+    assert_eq!(p.heartbeats_sent, 2 * 41);
+    assert_eq!(c.heartbeats_received, p.heartbeats_sent);
+    // An idle subscriber sleeps until the silence would be reported: a
+    // whole timeout after the last heartbeat, beyond the longest gap.
+    let timeout = stream.heartbeat_timeout.as_nanos() as u64;
+    assert_eq!(
+        sim.sub.wake_deadline(),
+        sim.net.truth.last_arrival + timeout
+    );
 }
 
 #[test]
