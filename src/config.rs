@@ -250,7 +250,8 @@ pub struct StreamConfig {
     /// While the stream stays idle, each further heartbeat comes twice as
     /// long after the previous one, up to this; data starts again at
     /// `heartbeat_interval`. At least `heartbeat_interval` and below
-    /// `heartbeat_timeout`.
+    /// `heartbeat_timeout`; 0 (the default) picks
+    /// [`idle_heartbeat_cap`](Self::idle_heartbeat_cap).
     #[serde(with = "duration_str")]
     pub heartbeat_max_interval: Duration,
     /// Silence after which a subscriber reports the publisher down.
@@ -361,6 +362,23 @@ pub struct StreamConfig {
     pub lossless_timeout: Duration,
 }
 
+impl StreamConfig {
+    /// The longest gap between two idle heartbeats: `heartbeat_max_interval`
+    /// when set, else a quarter of `heartbeat_timeout` (an idle publisher's
+    /// subscribers hear four heartbeat pairs per timeout and take a live one
+    /// for down only when three pairs in a row are lost), at most 250 ms and
+    /// never below `heartbeat_interval` (a timeout under four intervals keeps
+    /// the fixed schedule).
+    pub fn idle_heartbeat_cap(&self) -> Duration {
+        if !self.heartbeat_max_interval.is_zero() {
+            return self.heartbeat_max_interval;
+        }
+        (self.heartbeat_timeout / 4)
+            .min(Duration::from_millis(250))
+            .max(self.heartbeat_interval)
+    }
+}
+
 impl Default for StreamConfig {
     fn default() -> Self {
         StreamConfig {
@@ -380,10 +398,9 @@ impl Default for StreamConfig {
             loopback: true,
             max_datagram: 1472,
             heartbeat_interval: Duration::from_millis(100),
-            // A quarter of the timeout: an idle publisher's subscribers
-            // hear four heartbeat pairs per timeout, and report a live one
-            // down only when three pairs in a row are lost.
-            heartbeat_max_interval: Duration::from_millis(250),
+            // Chosen from the interval and the timeout (idle_heartbeat_cap),
+            // so that configs written before the key stay valid.
+            heartbeat_max_interval: Duration::ZERO,
             heartbeat_timeout: Duration::from_secs(1),
             retransmit_timeout: Duration::from_millis(10),
             retransmit_retries: 10,
@@ -1031,7 +1048,7 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
             ),
         ));
     }
-    if s.heartbeat_max_interval < s.heartbeat_interval {
+    if !s.heartbeat_max_interval.is_zero() && s.heartbeat_max_interval < s.heartbeat_interval {
         return Err((
             format!("{key}.heartbeat_max_interval"),
             format!(
@@ -1044,7 +1061,7 @@ fn check_stream_net(key: &str, s: &StreamConfig) -> Result<(), (String, String)>
         ));
     }
     // Subscribers must hear an idle publisher before they take it for down.
-    if s.heartbeat_max_interval >= s.heartbeat_timeout {
+    if !s.heartbeat_max_interval.is_zero() && s.heartbeat_max_interval >= s.heartbeat_timeout {
         return Err((
             format!("{key}.heartbeat_max_interval"),
             format!(
@@ -1628,7 +1645,7 @@ mod tests {
             "join_timeout = \"2m\"",
             "ud_send_depth = 256",
             "heartbeat_interval = \"100ms\"",
-            "heartbeat_max_interval = \"250ms\"",
+            "heartbeat_max_interval = \"0s\"",
             "heartbeat_timeout = \"90s\"",
             "recv_buffer = 33554432",
             "max_memory = 8589934592",
@@ -1685,7 +1702,7 @@ mod tests {
         let refused = |keys: &str| {
             Config::from_toml_str(&format!("[streams.md]\n{keys}"), "f.toml").unwrap_err()
         };
-        let e = refused("heartbeat_interval = \"300ms\"\n");
+        let e = refused("heartbeat_interval = \"300ms\"\nheartbeat_max_interval = \"250ms\"\n");
         assert_eq!(
             e.to_string(),
             "f.toml: streams.md.heartbeat_max_interval: 250ms is below heartbeat_interval \
@@ -1700,13 +1717,26 @@ mod tests {
              heartbeats; lower heartbeat_max_interval (a quarter of heartbeat_timeout or \
              less) or raise heartbeat_timeout"
         );
-        let e = refused("heartbeat_timeout = \"200ms\"\n");
+        let e = refused("heartbeat_max_interval = \"250ms\"\nheartbeat_timeout = \"200ms\"\n");
         assert_eq!(e.key, "streams.md.heartbeat_max_interval");
         assert!(
             e.message
                 .contains("250ms is not below heartbeat_timeout (200ms)"),
             "{e}"
         );
+        // Unset: a quarter of the timeout, at most 250 ms, at least the
+        // interval; configs written before the key keep their meaning.
+        let ms = Duration::from_millis;
+        for (keys, cap) in [
+            ("", ms(250)),
+            ("heartbeat_timeout = \"400ms\"\n", ms(100)),
+            ("heartbeat_timeout = \"200ms\"\n", ms(100)),
+            ("heartbeat_interval = \"300ms\"\n", ms(300)),
+            ("heartbeat_timeout = \"10s\"\n", ms(250)),
+        ] {
+            let c = Config::from_toml_str(&format!("[streams.md]\n{keys}"), "f.toml").unwrap();
+            assert_eq!(c.stream("md").idle_heartbeat_cap(), cap, "{keys}");
+        }
         // Equal to the interval: the fixed schedule; just below the timeout.
         let ms = Duration::from_millis;
         for (keys, interval, max) in [
@@ -1721,7 +1751,7 @@ mod tests {
             let c = Config::from_toml_str(&format!("[streams.md]\n{keys}"), "f.toml").unwrap();
             let s = c.stream("md");
             assert_eq!(
-                (s.heartbeat_interval, s.heartbeat_max_interval),
+                (s.heartbeat_interval, s.idle_heartbeat_cap()),
                 (interval, max)
             );
         }

@@ -966,7 +966,7 @@ fn an_idle_stream_on_the_default_schedule_stays_up_and_its_lost_tail_is_recovere
         },
         PublisherConfig {
             heartbeat_interval: stream.heartbeat_interval,
-            heartbeat_max_interval: stream.heartbeat_max_interval,
+            heartbeat_max_interval: stream.idle_heartbeat_cap(),
             ..pub_config(1)
         },
         Load {

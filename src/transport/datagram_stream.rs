@@ -108,7 +108,7 @@ impl<L: DatagramLink> DatagramPublisher<L> {
                 .min(64 << 20)
                 .max(cfg.max_message),
             heartbeat_interval: cfg.heartbeat_interval,
-            heartbeat_max_interval: cfg.heartbeat_max_interval,
+            heartbeat_max_interval: cfg.idle_heartbeat_cap(),
             retransmit_burst: cfg.retransmit_burst,
             retransmit_rate: cfg.retransmit_rate,
             retransmit_global_burst: cfg.retransmit_global_burst,
