@@ -439,6 +439,7 @@ pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
             "publisher_datagrams_received".into(),
             c.datagrams_received.into(),
         );
+        m.insert("publisher_datagrams_sent".into(), c.datagrams_sent.into());
         m.insert("publisher_drops".into(), c.drops.total().into());
         m.insert(
             "publisher_requests_received".into(),
