@@ -146,7 +146,7 @@ impl Bus {
                 TransportKind::Verbs => PublisherImpl::Ud(DatagramPublisher::new(
                     name,
                     &cfg,
-                    self.ud_lines(name, &cfg)?,
+                    self.ud_lines(name, &cfg, true)?,
                 )?),
                 other => return Err(self.no_streams(other)),
             };
@@ -211,7 +211,7 @@ impl Bus {
             TransportKind::Verbs => SubscriberImpl::Ud(DatagramSubscriber::new(
                 name,
                 &cfg,
-                self.ud_lines(name, &cfg)?,
+                self.ud_lines(name, &cfg, false)?,
             )?),
             other => return Err(self.no_streams(other)),
         };
@@ -259,8 +259,9 @@ impl Bus {
         }
     }
 
-    /// The UD multicast lines (A, and B when configured) of stream `name`.
-    fn ud_lines(&self, name: &str, cfg: &StreamConfig) -> Result<Vec<UdLink>> {
+    /// The UD multicast lines (A, and B when configured) of stream `name`;
+    /// a publisher's (`send_only`) do not receive the group.
+    fn ud_lines(&self, name: &str, cfg: &StreamConfig, send_only: bool) -> Result<Vec<UdLink>> {
         let channel = format!("stream `{name}`");
         let v = &self.config.verbs;
         let join = |line_b| -> Result<UdLink> {
@@ -268,6 +269,7 @@ impl Bus {
                 recv_depth: v.ud_recv_depth,
                 send_depth: v.ud_send_depth,
                 join_timeout: v.join_timeout,
+                send_only,
                 ..UdLinkConfig::from_stream(name, cfg, line_b)?
             };
             UdLink::join(&channel, &link, v)

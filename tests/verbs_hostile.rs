@@ -30,6 +30,7 @@ fn link(name: &str, group: &str, interface: &str) -> UdLink {
         send_depth: 64,
         peer_cache: 4,
         join_timeout: Duration::from_secs(10),
+        send_only: false,
     };
     UdLink::join(name, &cfg, &VerbsConfig::default()).unwrap()
 }

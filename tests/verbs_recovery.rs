@@ -59,6 +59,8 @@ struct Outcome {
     delivered: u64,
     gap_messages: u64,
     counters: mdbus::recovery::Counters,
+    /// The publisher's.
+    publisher: mdbus::recovery::Counters,
 }
 
 /// Publishes `total` 64-byte messages, sixteen to a datagram, from rxe0 to
@@ -128,6 +130,7 @@ fn run(netem: &str, total: u64, publisher_extra: &str, subscriber_extra: &str) -
         delivered,
         gap_messages,
         counters: s.recovery_counters().unwrap(),
+        publisher: p.recovery_counters().unwrap(),
     })
 }
 
@@ -142,6 +145,16 @@ fn ud_multicast_loss_is_recovered_exactly_once_in_order() {
     let c = o.counters;
     assert_eq!((o.delivered, o.gap_messages), (100_000, 0), "{c:?}");
     assert!(c.recovered > 0, "netem dropped nothing? {c:?}");
+    // The publisher's line received the subscriber's requests and none of
+    // the publisher's own datagrams to the group.
+    let p = o.publisher;
+    assert!(p.requests_received > 0, "{p:?}");
+    assert!(
+        p.datagrams_received <= c.requests_sent,
+        "the publisher received {} datagrams for {} requests sent: {p:?}",
+        p.datagrams_received,
+        c.requests_sent
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mdbus::config::VerbsConfig;
 use mdbus::transport::datagram::DatagramLink;
-use mdbus::transport::verbs::{self, UdLink, UdLinkConfig, UdPeer};
+use mdbus::transport::verbs::{self, Membership, UdLink, UdLinkConfig, UdPeer};
 use mdbus::Error;
 use verbs_support::{addr_a, addr_b, rdma_or_skip, unique_group};
 
@@ -28,6 +28,7 @@ fn link_cfg(group: &str, interface: &str) -> UdLinkConfig {
         send_depth: 256,
         peer_cache: 4,
         join_timeout: Duration::from_secs(10),
+        send_only: false,
     }
 }
 
@@ -162,6 +163,62 @@ fn unicast_replies_reach_the_sender_of_a_datagram() {
         assert_eq!(got[0], (tx.local(), again));
     }
     assert_eq!(rx.dropped() + tx.dropped(), 0);
+}
+
+/// A send-only line (a stream publisher's) gets none of its own datagrams
+/// to the group back, while a full member on the same device, and the
+/// receiver on the other, get every one; unicast datagrams (retransmit
+/// requests) still reach it. A full member that sends gets its own back:
+/// one receive completion per datagram sent.
+#[test]
+fn a_send_only_line_receives_unicast_but_not_its_own_multicast() {
+    if !rdma_or_skip("a_send_only_line_receives_unicast_but_not_its_own_multicast") {
+        return;
+    }
+    const N: u32 = 200;
+    let group = unique_group();
+    let send_only = UdLinkConfig {
+        send_only: true,
+        ..link_cfg(&group, &addr_a())
+    };
+    let mut tx = UdLink::join("tx", &send_only, &VerbsConfig::default()).unwrap();
+    eprintln!("send-only line: {:?}", tx.membership());
+    assert!(!tx.membership().receives_group(), "{:?}", tx.membership());
+    let mut local = join("local", &group, &addr_a());
+    assert_eq!(local.membership(), Membership::Full);
+    let mut rx = join("rx", &group, &addr_b());
+    for i in 0..N {
+        tx.send_group(&datagram(i, 100)).unwrap();
+    }
+    for link in [&mut local, &mut rx] {
+        let got = collect(link, N as usize, None);
+        assert_eq!(got.len(), N as usize, "every datagram reached a member");
+        assert!(got.iter().all(|(p, _)| *p == tx.local()));
+    }
+    // The request is sent after the group's datagrams arrived on tx's own
+    // device, so an attached QP would have them queued ahead of it.
+    let request = datagram(9999, 24);
+    rx.send_to(tx.local(), &request).unwrap();
+    let got = collect(&mut tx, 1, None);
+    assert_eq!(got, vec![(rx.local(), request)], "only the request");
+    assert_eq!(tx.received(), 1, "none of its own {N} datagrams");
+    assert_eq!(tx.sent(), u64::from(N));
+
+    // The same on a full member: every datagram comes back to its sender.
+    let mut full = join("full", &unique_group(), &addr_a());
+    for i in 0..N {
+        full.send_group(&datagram(i, 100)).unwrap();
+    }
+    let own = collect(&mut full, N as usize, None);
+    assert_eq!(own.len(), N as usize);
+    assert!(own.iter().all(|(p, _)| *p == full.local()));
+    eprintln!(
+        "receive completions per datagram sent: send-only {}/{}, full member {}/{}",
+        tx.received() - 1,
+        tx.sent(),
+        full.received(),
+        full.sent()
+    );
 }
 
 /// More peers than the cache holds: replies keep working while handles are

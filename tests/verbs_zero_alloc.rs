@@ -112,6 +112,7 @@ fn datagrams_allocate_nothing() {
         send_depth: 64,
         peer_cache: 4,
         join_timeout: Duration::from_secs(10),
+        send_only: false,
     };
     let v = VerbsConfig::default();
     let mut tx = UdLink::join("tx", &cfg(&addr_a()), &v).unwrap();

@@ -12,8 +12,10 @@ use std::ptr::NonNull;
 use std::time::Instant;
 
 use verbs_sys::{
-    ibv_ah_attr, ibv_context, rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param,
-    rdma_event_channel, rdma_port_space, sockaddr, sockaddr_in, sockaddr_in6, Rdmacm, Verbs,
+    ibv_ah_attr, ibv_context, rdma_cm_event, rdma_cm_event_type, rdma_cm_id,
+    rdma_cm_join_mc_attr_ex, rdma_conn_param, rdma_event_channel, rdma_port_space, sockaddr,
+    sockaddr_in, sockaddr_in6, Rdmacm, Verbs, RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+    RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS, RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
 };
 
 use super::errors;
@@ -398,7 +400,8 @@ impl CmId {
         unsafe { (self.cm.rdma_disconnect)(self.raw.as_ptr()) };
     }
 
-    /// Joins multicast group `group` (`MULTICAST_JOIN` follows).
+    /// Joins multicast group `group` (`MULTICAST_JOIN` follows); librdmacm
+    /// attaches the id's QP to the group when the join completes.
     pub(crate) fn join_multicast(&self, group: SocketAddr, device: &str) -> Result<()> {
         let mut g = SockAddr::new(group);
         // SAFETY: the id is live with a UD QP; the address outlives the call.
@@ -412,6 +415,32 @@ impl CmId {
                 None,
                 rc,
             ));
+        }
+        Ok(())
+    }
+
+    /// Joins multicast group `group` as a send-only full member
+    /// (`MULTICAST_JOIN` follows with the group's address handle and
+    /// qkey): librdmacm does not attach the id's QP, so nothing sent to
+    /// the group is delivered to it. ENOSYS when librdmacm has no
+    /// `rdma_join_multicast_ex`; kernels and devices that cannot join
+    /// send-only refuse here or with a `MULTICAST_ERROR` event.
+    pub(crate) fn join_multicast_send_only(&self, group: SocketAddr, device: &str) -> Result<()> {
+        let op = || format!("rdma_join_multicast_ex {group} (send-only)");
+        let Some(join) = self.cm.rdma_join_multicast_ex else {
+            return Err(errors::os(op(), device, None, libc::ENOSYS));
+        };
+        let mut g = SockAddr::new(group);
+        let mut attr = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+            join_flags: RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+            addr: g.as_mut_ptr(),
+        };
+        // SAFETY: the id is live with a UD QP; the attributes and the
+        // address they point to outlive the call (librdmacm copies both).
+        let rc = unsafe { join(self.raw.as_ptr(), &mut attr, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(errors::ret(op(), device, None, rc));
         }
         Ok(())
     }

@@ -40,7 +40,7 @@ mod ud_link;
 
 pub use device::{detect, numa_node, probe, ActivePort, DeviceInfo, PortInfo};
 pub use rc::{RcSession, RNR_RETRY};
-pub use ud_link::{UdLink, UdLinkConfig, UdPeer};
+pub use ud_link::{Membership, UdLink, UdLinkConfig, UdPeer};
 
 use verbs_sys::{Rdmacm, Verbs};
 

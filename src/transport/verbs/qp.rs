@@ -5,8 +5,8 @@
 use std::ptr::NonNull;
 
 use verbs_sys::{
-    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_srq,
-    ibv_wr_opcode, Rdmacm, Verbs, IBV_QPS_ERR, IBV_QP_STATE,
+    ibv_gid, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_send_wr, ibv_sge,
+    ibv_srq, ibv_wr_opcode, Rdmacm, Verbs, IBV_QPS_ERR, IBV_QP_STATE,
 };
 
 use super::cm::CmId;
@@ -289,6 +289,25 @@ impl CmQp {
         };
         // SAFETY: the QP is live; only the state is changed.
         let rc = unsafe { (verbs.ibv_modify_qp)(self.qp.as_ptr(), &mut attr, IBV_QP_STATE as i32) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(if rc > 0 { rc } else { errors::errno() })
+        }
+    }
+}
+
+impl CmQp {
+    /// Detaches the queue pair from multicast group `gid`/`lid`: the group's
+    /// datagrams are no longer delivered to it.
+    pub(crate) fn detach_mcast(
+        &mut self,
+        verbs: &Verbs,
+        gid: &ibv_gid,
+        lid: u16,
+    ) -> std::result::Result<(), i32> {
+        // SAFETY: the QP is live; the GID is read during the call only.
+        let rc = unsafe { (verbs.ibv_detach_mcast)(self.qp.as_ptr(), gid, lid) };
         if rc == 0 {
             Ok(())
         } else {

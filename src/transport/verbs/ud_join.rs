@@ -1,7 +1,8 @@
 //! The steps of joining a UD multicast line ([`UdLink::join`]): resolve the
 //! group's address, size the link to the device, create its verbs objects
-//! and post its receive ring, join the group, learn the local GID. Each
-//! step fails with an error naming the group, device and QP it got to.
+//! and post its receive ring, join the group (a send-only line without
+//! attaching its QP), learn the local GID. Each step fails with an error
+//! naming the group, device and QP it got to.
 //!
 //! [`UdLink::join`]: super::ud_link::UdLink::join
 
@@ -19,7 +20,7 @@ use super::mr::Region;
 use super::pd::Pd;
 use super::qp::{Caps, CmQp};
 use super::recv_ring::RecvRing;
-use super::ud_link::{GrhKind, UdLinkConfig, GRH_LEN, MULTICAST_QPN};
+use super::ud_link::{GrhKind, Membership, UdLinkConfig, GRH_LEN, MULTICAST_QPN};
 use super::{device, errors, Lib};
 use crate::config::VerbsConfig;
 use crate::error::{Error, Result};
@@ -224,16 +225,64 @@ impl<'a> Steps<'a> {
     }
 
     /// Joins the group and waits for rdma_cm's answer: the group's address
-    /// handle attributes, QPN and qkey.
+    /// handle attributes, QPN and qkey, and how the QP stands with the
+    /// group. A send-only line joins as a send-only full member, so its QP
+    /// is never attached; where that is refused it joins in full and
+    /// detaches the QP again, and where even that fails it stays attached
+    /// (a warning says so).
     pub(super) fn join(
         &self,
+        lib: &Lib,
         events: &EventChannel,
         id: &CmId,
+        qp: &mut CmQp,
         device: &str,
-        qpn: u32,
-    ) -> Result<UdParam> {
+    ) -> Result<(UdParam, Membership)> {
+        let group = SocketAddr::V4(self.cfg.group);
+        let qpn = qp.num();
+        if !self.cfg.send_only {
+            id.join_multicast(group, device)?;
+            return Ok((self.joined(events, device, qpn)?, Membership::Full));
+        }
+        let refused = match id
+            .join_multicast_send_only(group, device)
+            .and_then(|()| self.joined(events, device, qpn))
+        {
+            Ok(ud) => return Ok((ud, Membership::SendOnly)),
+            Err(e @ Error::Timeout { .. }) => return Err(e),
+            Err(e) => e,
+        };
+        // A refused join may still be on the id's list: leave it before
+        // joining the same group again.
+        id.leave_multicast(group);
+        id.join_multicast(group, device)?;
+        let ud = self.joined(events, device, qpn)?;
+        match qp.detach_mcast(lib.verbs, &ud.ah_attr.grh.dgid, ud.ah_attr.dlid) {
+            Ok(()) => {
+                log::info!(
+                    "{}: {refused}; joined {} in full and detached QP {qpn:#x} from it",
+                    self.channel,
+                    self.cfg.group
+                );
+                Ok((ud, Membership::Detached))
+            }
+            Err(e) => {
+                log::warn!(
+                    "{}: {refused}; joined {} in full, and ibv_detach_mcast: {}: QP {qpn:#x} \
+                     receives its own datagrams to the group",
+                    self.channel,
+                    self.cfg.group,
+                    errors::describe_errno(e)
+                );
+                Ok((ud, Membership::Full))
+            }
+        }
+    }
+
+    /// Waits for the answer to a join: the group's address handle
+    /// attributes, QPN and qkey.
+    fn joined(&self, events: &EventChannel, device: &str, qpn: u32) -> Result<UdParam> {
         let group = self.cfg.group;
-        id.join_multicast(SocketAddr::V4(group), device)?;
         let ud = loop {
             match events.next_until(self.deadline)? {
                 Some(ev) if ev.kind == RDMA_CM_EVENT_MULTICAST_JOIN => match ev.ud {

@@ -6,8 +6,21 @@
 //! rdma_cm brings to RTS with its qkey), posts its receive ring, then
 //! `rdma_join_multicast`s and waits for `MULTICAST_JOIN`, whose UD
 //! parameters give the group's address handle attributes, the remote QPN
-//! (0xFFFFFF) and the qkey. On RoCE the join also joins the IP group, so
-//! switches and the host stack forward the group to this port.
+//! (0xFFFFFF) and the qkey; librdmacm then attaches the QP to the group.
+//! On RoCE the join also joins the IP group, so switches and the host stack
+//! forward the group to this port.
+//!
+//! Publishing lines (`send_only`) need the join only for the address
+//! handle and qkey: an attached QP would get back every datagram it sends
+//! to the group, one receive completion and repost each, and its receive
+//! buffers could fill with them while retransmit requests wait. Such a
+//! line joins as a send-only full member (`rdma_join_multicast_ex`), which
+//! librdmacm does not attach (and which sends no IGMP join); where the
+//! kernel or device refuses that (RoCE v1, InfiniBand without a subnet
+//! manager that supports it, a librdmacm without the call) it joins in full
+//! and detaches the QP with `ibv_detach_mcast`. [`UdLink::membership`] and
+//! the join's log line say which. Either way the QP still receives unicast
+//! datagrams: the retransmit requests subscribers send it.
 //!
 //! Sizes: a datagram carries at most the port's active MTU (1024 on
 //! Soft-RoCE over a 1500-byte netdev), so [`max_datagram`](UdLink::max_datagram)
@@ -88,6 +101,11 @@ pub struct UdLinkConfig {
     pub peer_cache: usize,
     /// How long address resolution and the join may take.
     pub join_timeout: Duration,
+    /// The line only sends to the group (a stream publisher's): its QP is
+    /// not attached, so it receives no group datagrams, its own included,
+    /// only unicast ones (retransmit requests). A subscriber's line
+    /// receives the group.
+    pub send_only: bool,
 }
 
 impl UdLinkConfig {
@@ -137,6 +155,7 @@ impl UdLinkConfig {
             send_depth: Self::DEFAULT_SEND_DEPTH,
             peer_cache: Self::DEFAULT_PEER_CACHE,
             join_timeout: VerbsConfig::default().join_timeout,
+            send_only: false,
         })
     }
 }
@@ -157,6 +176,26 @@ impl fmt::Debug for UdPeer {
             Some(v4) => write!(f, "UdPeer({v4}, QP {:#x})", self.qpn),
             None => write!(f, "UdPeer({ip}, QP {:#x})", self.qpn),
         }
+    }
+}
+
+/// How a line's queue pair stands with its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// Attached: the QP receives the group's datagrams, its own included
+    /// (a subscriber's line, or a send-only line whose QP could not be
+    /// detached).
+    Full,
+    /// A send-only full member: the QP was never attached.
+    SendOnly,
+    /// Joined in full (a send-only join was refused) and then detached.
+    Detached,
+}
+
+impl Membership {
+    /// Whether group datagrams, the line's own included, reach its QP.
+    pub fn receives_group(self) -> bool {
+        self == Membership::Full
     }
 }
 
@@ -194,6 +233,7 @@ pub struct UdLink {
     sent: u64,
     received: u64,
     group: SocketAddrV4,
+    membership: Membership,
     channel: String,
     device: String,
     qpn: u32,
@@ -230,6 +270,7 @@ impl fmt::Debug for UdLink {
         f.debug_struct("UdLink")
             .field("channel", &self.channel)
             .field("group", &self.group)
+            .field("membership", &self.membership)
             .field("device", &self.device)
             .field("qp", &format_args!("{:#x}", self.qpn))
             .field("max_datagram", &self.max_datagram)
@@ -251,8 +292,8 @@ impl UdLink {
         let steps = ud_join::Steps::new(channel, cfg);
         let (events, id) = steps.resolve(&lib)?;
         let shape = steps.shape(&lib, &id, vcfg)?;
-        let parts = steps.create(&lib, &id, &shape, vcfg)?;
-        let ud = steps.join(&events, &id, &shape.device, parts.qpn)?;
+        let mut parts = steps.create(&lib, &id, &shape, vcfg)?;
+        let (ud, membership) = steps.join(&lib, &events, &id, &mut parts.qp, &shape.device)?;
         let mut ah_attr: ibv_ah_attr = ud.ah_attr;
         // SAFETY: the PD outlives the handle (field order).
         let group_ah = unsafe { Ah::new(lib.verbs, &parts.pd, &mut ah_attr, &shape.device) }?;
@@ -270,8 +311,13 @@ impl UdLink {
             0
         };
         let (device, qpn, max_datagram) = (shape.device, parts.qpn, shape.max_datagram);
+        let member = match membership {
+            Membership::Full => "receiving the group",
+            Membership::SendOnly => "send-only, QP not attached",
+            Membership::Detached => "QP detached",
+        };
         log::info!(
-            "{channel}: joined {} on {device} port {port} (QP {qpn:#x}, qkey {:#x}); datagrams up to {max_datagram} bytes (MTU {}), {} bytes inline",
+            "{channel}: joined {} on {device} port {port} (QP {qpn:#x}, qkey {:#x}, {member}); datagrams up to {max_datagram} bytes (MTU {}), {} bytes inline",
             cfg.group,
             ud.qkey,
             shape.mtu,
@@ -311,6 +357,7 @@ impl UdLink {
             sent: 0,
             received: 0,
             group: cfg.group,
+            membership,
             channel: channel.into(),
             device,
             qpn,
@@ -334,6 +381,12 @@ impl UdLink {
     /// This link's own address, as its peers see it.
     pub fn local(&self) -> UdPeer {
         self.local
+    }
+
+    /// How the line's QP stands with its group: whether the group's
+    /// datagrams, its own included, reach it.
+    pub fn membership(&self) -> Membership {
+        self.membership
     }
 
     /// The RDMA device carrying the line.
@@ -689,7 +742,9 @@ impl DatagramLink for UdLink {
 
 impl Drop for UdLink {
     fn drop(&mut self) {
-        // Leave while the QP is still attached; the fields then drop in
+        // Leave while the QP still exists: librdmacm detaches it unless it
+        // joined send-only (a QP this link detached already fails that
+        // detach, which librdmacm ignores). The fields then drop in
         // declaration order (QP, handles, ring, queues, pools, PD, id,
         // channel).
         self.id.leave_multicast(SocketAddr::V4(self.group));

@@ -433,12 +433,14 @@ pub fn object(a: &Args, o: &Outcome) -> serde_json::Value {
         m.insert("recorder_throttled".into(), c.throttled.into());
     }
     if let Some(c) = o.publisher {
-        // Everything its queue pair received (its own multicast included)
-        // and what was dropped, requests or not.
+        // Everything its lines received (requests; its own multicast too
+        // where a device left a line attached), what it sent, and what was
+        // dropped.
         m.insert(
             "publisher_datagrams_received".into(),
             c.datagrams_received.into(),
         );
+        m.insert("publisher_datagrams_sent".into(), c.datagrams_sent.into());
         m.insert("publisher_drops".into(), c.drops.total().into());
         m.insert(
             "publisher_requests_received".into(),
