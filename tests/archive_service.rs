@@ -215,7 +215,13 @@ fn first_reply(bus: &Bus, request: &[u8]) -> Vec<u8> {
     let start = std::time::Instant::now();
     while reply.is_empty() {
         assert!(start.elapsed().as_secs() < 60, "watchdog: no reply");
-        s.poll(|m| reply = m.payload().to_vec()).unwrap();
+        // One poll may deliver several messages: the first is the reply.
+        s.poll(|m| {
+            if reply.is_empty() {
+                reply = m.payload().to_vec();
+            }
+        })
+        .unwrap();
     }
     reply
 }
