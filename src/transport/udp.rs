@@ -5,11 +5,14 @@
 //! and replies with single peers, and, for subscribers, a socket bound to
 //! the group's address and port and joined to it. Both are non-blocking and
 //! polled with `recvmmsg`, so one system call returns a batch of datagrams
-//! into buffers allocated once. Datagrams to the group are queued in a
-//! preallocated batch and leave with one `sendmmsg` when the batch is full
-//! or the stream flushes; a stream's new messages are queued as their
-//! datagram header and a pointer into the publisher's retained window, where
-//! they already lie as they go on the wire, so they are not copied.
+//! into buffers allocated once; a socket the last read left empty is read
+//! with `recvfrom`, one datagram, which costs less while datagrams come one
+//! at a time. Datagrams to the group are queued in a preallocated batch and
+//! leave with one `sendmmsg` when the batch is full or the stream flushes
+//! (a lone datagram with `sendto`); a stream's new messages are queued as
+//! their datagram header and a pointer into the publisher's retained
+//! window, where they already lie as they go on the wire, so they are not
+//! copied into a batch (a lone one is copied behind its header).
 
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
