@@ -1,6 +1,8 @@
-//! Batched datagram receive: one `recvmmsg` call for up to a batch of
-//! datagrams, shared by the UDP transport and the raw-socket baseline of
-//! the benchmarks (so both measure the same system call the same way).
+//! Datagram receive: one `recvmmsg` call for up to a batch of datagrams,
+//! shared by the UDP transport and the raw-socket baseline of the
+//! benchmarks (so both measure the same system call the same way), and one
+//! `recvfrom` for a single datagram, which costs less when the socket
+//! holds at most one.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -33,4 +35,40 @@ pub unsafe fn recv_batch(fd: RawFd, hdrs: &mut [libc::mmsghdr]) -> io::Result<us
         };
     }
     Ok(r as usize)
+}
+
+/// Receives one datagram into `buf` without blocking (`recvfrom` with
+/// `MSG_DONTWAIT`), writing its source to `from`; returns its length (at
+/// most `buf.len()`, the rest cut off), or `None` when none was waiting or
+/// a signal interrupted the call. The cheapest read of a socket that is
+/// usually empty: no message header or iovec array for the kernel to copy
+/// in, and no second, empty attempt after the datagram (which `recvmmsg`
+/// makes for every batch it does not fill).
+#[inline]
+pub fn recv_one(
+    fd: RawFd,
+    buf: &mut [u8],
+    from: &mut libc::sockaddr_in,
+) -> io::Result<Option<usize>> {
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `buf` and `from` are valid for writes of the lengths given
+    // for the duration of the call; MSG_DONTWAIT makes it non-blocking.
+    let r = unsafe {
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (from as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(r as usize))
 }

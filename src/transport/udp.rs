@@ -5,11 +5,14 @@
 //! and replies with single peers, and, for subscribers, a socket bound to
 //! the group's address and port and joined to it. Both are non-blocking and
 //! polled with `recvmmsg`, so one system call returns a batch of datagrams
-//! into buffers allocated once. Datagrams to the group are queued in a
-//! preallocated batch and leave with one `sendmmsg` when the batch is full
-//! or the stream flushes; a stream's new messages are queued as their
-//! datagram header and a pointer into the publisher's retained window, where
-//! they already lie as they go on the wire, so they are not copied.
+//! into buffers allocated once; a socket the last read left empty is read
+//! with `recvfrom`, one datagram, which costs less while datagrams come one
+//! at a time. Datagrams to the group are queued in a preallocated batch and
+//! leave with one `sendmmsg` when the batch is full or the stream flushes
+//! (a lone datagram with `sendto`); a stream's new messages are queued as
+//! their datagram header and a pointer into the publisher's retained
+//! window, where they already lie as they go on the wire, so they are not
+//! copied into a batch (a lone one is copied behind its header).
 
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -110,6 +113,9 @@ struct RxBatch {
     /// Headers the last call filled: only these have their name length
     /// changed by the kernel and need it reset.
     filled: usize,
+    /// The last call left the socket empty (it returned fewer datagrams
+    /// than it asked for): the next reads one datagram with `recvfrom`.
+    drained: bool,
 }
 
 impl RxBatch {
@@ -124,6 +130,7 @@ impl RxBatch {
             // SAFETY: as above.
             hdrs: (0..BATCH).map(|_| unsafe { zeroed() }).collect(),
             filled: 0,
+            drained: true,
         };
         for i in 0..BATCH {
             b.hdrs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
@@ -137,8 +144,20 @@ impl RxBatch {
     }
 
     /// Receives up to `max` datagrams without blocking; returns how many.
+    ///
+    /// After a read that left the socket empty it reads one datagram with
+    /// `recvfrom`, and a batch with `recvmmsg` only after a read that found
+    /// one: a busy-polled socket that is mostly empty, or that a datagram at
+    /// a time trickles into, is read at the cost of a raw socket's `recv`
+    /// plus the source address. A `recvmmsg` that returns one datagram
+    /// costs markedly more (docs/PERFORMANCE.md): the kernel copies in the
+    /// message header and iovec, then tries a second datagram and finds
+    /// none. A burst is still read in batches from its second datagram on.
     fn recv(&mut self, fd: libc::c_int, max: usize) -> std::io::Result<usize> {
         let n = max.min(BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
         // A busy poll's empty reads leave every header as it was: reset
         // only what the last read that returned datagrams changed, not the
         // whole batch on every poll.
@@ -146,10 +165,25 @@ impl RxBatch {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_len = 0;
         }
+        if self.drained || n == 1 {
+            let slot = self.iov[0].iov_len;
+            let got = crate::sys::net::recv_one(fd, &mut self.bufs[..slot], &mut self.names[0])?;
+            self.drained = got.is_none();
+            return Ok(match got {
+                Some(len) => {
+                    // Where `datagram` reads the length.
+                    self.hdrs[0].msg_len = len as libc::c_uint;
+                    self.filled = 1;
+                    1
+                }
+                None => 0,
+            });
+        }
         // SAFETY: `hdrs[..n]` point at buffers, iovecs and names owned by
         // `self`, which outlive the call.
         let got = unsafe { crate::sys::net::recv_batch(fd, &mut self.hdrs[..n]) }?;
         self.filled = got;
+        self.drained = got < n;
         Ok(got)
     }
 
@@ -244,6 +278,9 @@ impl TxBatch {
     /// Sends what is queued without blocking. Returns how many datagrams the
     /// kernel would not take now (full socket buffer), which are dropped.
     fn send(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
+        if self.queued == 1 {
+            return self.send_one(fd);
+        }
         let mut sent = 0;
         let mut dropped = 0;
         while sent < self.queued {
@@ -277,6 +314,53 @@ impl TxBatch {
         }
         self.queued = 0;
         Ok(dropped)
+    }
+
+    /// Sends the one queued datagram with `sendto`, its second piece (if
+    /// any) copied behind the head in its slot first: a stream that
+    /// flushes every message (autoflush) sends this way. Copying at most a
+    /// datagram costs less than what `sendmmsg` adds for one datagram in
+    /// two pieces (the kernel copies in the message header and the iovec
+    /// array; docs/PERFORMANCE.md).
+    fn send_one(&mut self, fd: libc::c_int) -> std::io::Result<usize> {
+        self.queued = 0;
+        let head = self.iov[0].iov_len;
+        let mut len = head;
+        if self.hdrs[0].msg_hdr.msg_iovlen == 2 {
+            let body = self.iov[1];
+            // SAFETY: `push_parts`' callers keep the body valid and
+            // unchanged until this returns; it is not in `bufs` (the
+            // caller's bytes); it fits behind the head in the slot
+            // (`send_group_retained` sends larger datagrams on their own).
+            let body =
+                unsafe { std::slice::from_raw_parts(body.iov_base as *const u8, body.iov_len) };
+            self.bufs[head..head + body.len()].copy_from_slice(body);
+            len += body.len();
+        }
+        loop {
+            // SAFETY: slot 0 holds `len` bytes; the group address is owned
+            // by `self`; MSG_DONTWAIT makes it non-blocking.
+            let r = unsafe {
+                libc::sendto(
+                    fd,
+                    self.bufs.as_ptr().cast(),
+                    len,
+                    libc::MSG_DONTWAIT,
+                    (&*self.group as *const libc::sockaddr_in).cast(),
+                    size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            if r >= 0 {
+                return Ok(0);
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return Ok(1),
+                _ if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(1),
+                _ => return Err(e),
+            }
+        }
     }
 }
 
@@ -704,6 +788,73 @@ mod tests {
         take(&mut s, total, &mut got);
         assert_eq!(got, (0..total as u32).collect::<Vec<_>>());
         assert_eq!(p.dropped(), 0);
+    }
+
+    #[test]
+    fn single_flushed_datagrams_leave_whole_and_reads_after_an_empty_one_take_one() {
+        let line = loopback_line(11);
+        let mut p = UdpLink::publisher("stream `o`", &line, 1472).unwrap();
+        let mut s = UdpLink::subscriber("stream `o`", &line, 1472).unwrap();
+        // Flushed one at a time, as an autoflushing stream does: gathered
+        // ones (their body copied behind the head) and copied ones, the
+        // largest filling the datagram.
+        let mut want = Vec::new();
+        for i in 0..12u8 {
+            let head = [0xb0 | i; 24];
+            let body = vec![
+                i;
+                if i == 11 {
+                    1472 - 24
+                } else {
+                    10 + 97 * i as usize
+                }
+            ];
+            let whole = [&head[..], &body].concat();
+            if i % 3 == 2 {
+                p.send_group(&whole).unwrap();
+            } else {
+                // SAFETY: `body` outlives the flush below.
+                unsafe { p.send_group_retained(&head, &body) }.unwrap();
+            }
+            p.flush().unwrap();
+            want.push(whole);
+        }
+        // The socket was empty before: the first read that finds anything
+        // takes one datagram, later ones batches; every datagram comes
+        // whole, in order and from the publisher's address.
+        let mut got: Vec<Vec<u8>> = vec![];
+        let mut reads = vec![];
+        for _ in 0..1_000_000 {
+            let n = s
+                .poll(64, &mut |from, b: &[u8]| {
+                    assert_eq!(Some(from), p.local_addr());
+                    got.push(b.to_vec())
+                })
+                .unwrap();
+            if n > 0 {
+                reads.push(n);
+            }
+            if got.len() >= want.len() {
+                break;
+            }
+        }
+        assert_eq!(reads[0], 1, "{reads:?}");
+        assert_eq!(got, want);
+        assert_eq!(p.dropped(), 0);
+        // Once empty again, the next datagram is read alone too.
+        p.send_group(b"again").unwrap();
+        p.flush().unwrap();
+        let mut last = vec![];
+        for _ in 0..1_000_000 {
+            let n = s
+                .poll(64, &mut |_, b: &[u8]| last.push(b.to_vec()))
+                .unwrap();
+            if n > 0 {
+                assert_eq!(n, 1);
+                break;
+            }
+        }
+        assert_eq!(last, vec![b"again".to_vec()]);
     }
 
     #[test]
