@@ -3,8 +3,9 @@
 //! the segment's doorbell; UDP: epoll on the sockets), by the publisher's
 //! end, and every block ends within `max_block` so that a loop checking a
 //! stop flag set by SIGTERM exits. Sessions likewise: TCP sleeps in
-//! poll(2) on the socket, RDMA on the receive completion channel (`send`,
-//! `write-imm`) or in naps (`write`); an RDMA UD subscriber on its receive
+//! poll(2) on the socket, RDMA on the receive completion channel (in
+//! `write` mode woken by one immediate per sleep); an RDMA UD subscriber
+//! on its receive
 //! completion channel. The RDMA tests run in the Soft-RoCE guest
 //! (scripts/guest-tests) and skip elsewhere (verbs_support).
 
@@ -15,6 +16,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
+use mdbus::config::{SessionConfig, SessionMode, VerbsConfig};
+use mdbus::transport::verbs::RcSession;
+use mdbus::transport::SessionEnd;
 use mdbus::wait::{Adaptive, AdaptiveConfig};
 use mdbus::{Bus, Config, Event};
 
@@ -398,16 +402,130 @@ fn a_session_woken_more_often_than_one_ack_batch_is_dropped_without_hanging() {
 }
 
 #[test]
-fn a_write_mode_session_naps_and_still_delivers_in_order() {
-    // No receive completion in write mode: the receiver naps (poll(2) on
-    // no descriptor, 1 ms at most) and finds each message on waking.
-    let Some(bus) = rc_bus("rdma_write_mode_naps", "write") else {
+fn a_sleeping_write_mode_session_is_woken_by_each_messages_immediate() {
+    // No receive completion for a plain WRITE: the sleeping receiver asked
+    // for a wake (its sleep generation in the sender's control block), and
+    // the sender followed each message with a WRITE_WITH_IMM.
+    let Some(bus) = rc_bus("rdma_write_mode_wakes", "write") else {
         return;
     };
-    // A nap is not cut short by a message, so several may land in one.
     let stats = session_woken_by_each_message(bus, 3);
-    assert_eq!(stats.woken, 0, "{stats:?}");
-    assert!(stats.blocks >= 1, "{stats:?}");
+    assert!(stats.woken >= 3, "{stats:?}");
+}
+
+/// A `write`-mode session on the lane's first device: (acceptor,
+/// initiator).
+fn write_pair() -> (RcSession, RcSession) {
+    let scfg = SessionConfig {
+        address: format!(
+            "{}:{}",
+            verbs_support::addr_a(),
+            verbs_support::unique_port()
+        ),
+        mode: SessionMode::Write,
+        max_message: 64,
+        capacity: 16,
+        ..SessionConfig::default()
+    };
+    let vcfg = VerbsConfig::default();
+    let acceptor = std::thread::spawn({
+        let (scfg, vcfg) = (scfg.clone(), vcfg.clone());
+        move || RcSession::accept("o", &scfg, &vcfg).unwrap()
+    });
+    let b = RcSession::connect("o", &scfg, &vcfg).unwrap();
+    (acceptor.join().unwrap(), b)
+}
+
+fn send_one(s: &mut RcSession, seq: u64) {
+    loop {
+        if let Some(buf) = s.try_claim(8) {
+            buf.copy_from_slice(&seq.to_le_bytes());
+            assert_eq!(s.commit(8, 0, 0).unwrap(), seq);
+            return;
+        }
+        // Out of credit: the receiver's count rides on its writes.
+        s.check_peer().unwrap();
+    }
+}
+
+/// A `write`-mode receiver left idle sleeps on its completion channel
+/// after announcing a sleep generation; the next message wakes it with
+/// one immediate (a channel event). While it then polls busily, the
+/// messages are plain WRITEs: no more immediates. Its next sleep asks
+/// for, and gets, exactly one more.
+#[test]
+fn a_sleeping_write_mode_receiver_is_woken_by_one_immediate_per_sleep() {
+    if !verbs_support::rdma_or_skip("write_mode_one_wake_per_sleep") {
+        return;
+    }
+    const BUSY: u64 = 300;
+    let (mut rx, mut tx) = write_pair();
+    // The receiver's sleep generations, published after each wait.
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn({
+        let armed = armed.clone();
+        move || {
+            tid_tx.send(mdbus_testkit::threads::tid()).unwrap();
+            let mut wait = block_at_once(Duration::from_secs(600));
+            let mut got = Vec::new();
+            let mut counts = Vec::new();
+            // Sleeps until one message came, then polls busily for BUSY
+            // more, then sleeps until the last one.
+            for (want, sleep) in [(1, true), (1 + BUSY, false), (2 + BUSY, true)] {
+                while (got.len() as u64) < want {
+                    let n = rx
+                        .poll(64, &mut |m: mdbus::Message<'_>| {
+                            got.push((m.seq(), u64::from_le_bytes(m.payload().try_into().unwrap())))
+                        })
+                        .unwrap();
+                    if !sleep {
+                        continue;
+                    }
+                    if let Some(limit) = wait.after_poll(n) {
+                        let event = rx.wait_idle(limit).unwrap();
+                        wait.woke(event);
+                    }
+                    armed.store(rx.sleeps_armed(), Ordering::SeqCst);
+                }
+                counts.push((rx.receive_events(), rx.wake_imms_received()));
+            }
+            (got, counts, wait.stats(), rx)
+        }
+    });
+    let tid = tid_rx.recv().unwrap();
+    // Only once the receiver's first generation is in our memory and it
+    // sleeps.
+    while armed.load(Ordering::SeqCst) < 1 {
+        std::thread::yield_now();
+    }
+    mdbus_testkit::threads::until_blocked_in_wait(tid);
+    send_one(&mut tx, 1);
+    let after_wake = tx.wake_imms_sent();
+    for seq in 2..=1 + BUSY {
+        send_one(&mut tx, seq);
+    }
+    let after_busy = tx.wake_imms_sent();
+    while armed.load(Ordering::SeqCst) < 2 {
+        // Reaps our sends, so credit and the send queue keep moving.
+        tx.check_peer().unwrap();
+        std::thread::yield_now();
+    }
+    mdbus_testkit::threads::until_blocked_in_wait(tid);
+    send_one(&mut tx, 2 + BUSY);
+    let (got, counts, stats, rx) = receiver.join().unwrap();
+    let want: Vec<(u64, u64)> = (1..=2 + BUSY).map(|s| (s, s)).collect();
+    assert_eq!(got, want);
+    // One immediate for the first sleep, none while the receiver polled,
+    // one for the second sleep.
+    assert_eq!((after_wake, after_busy), (1, 1));
+    assert_eq!(tx.wake_imms_sent(), 2);
+    // The receiver: woken by a channel event holding the immediate, both
+    // times; none taken while it polled busily.
+    assert_eq!(counts, vec![(1, 1), (1, 1), (2, 2)], "{stats:?}");
+    assert_eq!(rx.sleeps_armed(), 2);
+    assert!(stats.woken >= 2, "{stats:?}");
+    drop((rx, tx));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use verbs_sys::{
 use super::super::{errors, qp};
 use super::end::End;
 use super::ring::{put_trailer, wire_len, Bad, Trailer, TRAILER};
-use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, WC_BATCH};
+use super::{RcSession, CTRL_CLOSE, CTRL_CREDIT, CTRL_LEN, CTRL_SLEEP, WC_BATCH};
 use crate::config::SessionMode;
 use crate::error::{Error, Result};
 use crate::message::Message;
@@ -563,8 +563,56 @@ impl RcSession {
         self.next_seq += 1;
         if self.mode == SessionMode::Write {
             self.receipts.announced(credit);
+            // After the post, never before: a load that misses a new
+            // sleep generation then proves the message was posted before
+            // the generation landed (see `wait`). Only the compiler could
+            // move the load ahead of the opaque post call; the CPU's store
+            // buffer drains in far less than the receiver's round trip.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if self.peer_sleep_gen() != self.woke_gen {
+                self.wake_peer(false);
+            }
         }
         Ok(seq)
+    }
+
+    /// The sleep generation the peer last wrote into our control block.
+    #[inline]
+    fn peer_sleep_gen(&self) -> u64 {
+        // SAFETY: as for ctrl_word32, 8-byte aligned.
+        let w = unsafe { AtomicU64::from_ptr(self.ctrl_in.add(CTRL_SLEEP).cast()) };
+        u64::from_le(w.load(Ordering::Relaxed))
+    }
+
+    /// Write mode: the peer announced a sleep since the last wake: a
+    /// zero-length WRITE_WITH_IMM (immediate: the generation) behind the
+    /// messages posted, whose completion wakes it (`signal`: ours too).
+    /// Returns its request index; `None` when none was due, or when the
+    /// send queue is full (the wake is then owed).
+    #[cold]
+    pub(super) fn wake_peer(&mut self, signal: bool) -> Option<u64> {
+        let gen = self.peer_sleep_gen();
+        if gen == self.woke_gen || self.end.is_some() || self.disconnected {
+            self.wake_owed = false;
+            return None;
+        }
+        // Zero bytes into the credit word, as a keep-alive: no memory
+        // changes; the immediate consumes the receive the peer posted for
+        // this generation.
+        let posted = self.post_raw(
+            self.peer_ctrl + CTRL_CREDIT as u64,
+            self.peer_rkey,
+            &[],
+            CTRL_CREDIT,
+            signal,
+            Some(gen as u32),
+        );
+        self.wake_owed = posted.is_none();
+        if posted.is_some() {
+            self.woke_gen = gen;
+            self.wake_imms_sent += 1;
+        }
+        posted
     }
 
     /// Write mode, out of credit: applies the counts riding on messages

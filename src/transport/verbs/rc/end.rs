@@ -193,6 +193,9 @@ impl RcSession {
         self.last_check = crate::clock::monotonic_ns();
         self.refresh_events();
         self.reap_sends();
+        if self.wake_owed {
+            self.wake_peer(false);
+        }
         self.keep_alive();
     }
 
@@ -336,6 +339,12 @@ impl RcSession {
             let mut posted = None;
             while posted.is_none() && self.end.is_none() && Instant::now() < deadline {
                 posted = self.write_ctrl(CTRL_CLOSE, &word, true);
+            }
+            // A sleeping write-mode peer learns of the close from a wake
+            // behind the close word, not at the end of its block; waiting
+            // for the wake's completion covers the close word's too.
+            if posted.is_some() && self.mode == crate::config::SessionMode::Write {
+                posted = self.wake_peer(true).or(posted);
             }
             // A peer that has already gone (its disconnect arrived) will not
             // acknowledge: stop waiting then instead of at the deadline.

@@ -1,7 +1,11 @@
 //! The hello: what each end tells the other in the rdma_cm private data
 //! (pid, session name hash, receive depth, largest payload, and where the
-//! peer may write credits and, in the ring modes, messages), encoded by
-//! hand into the 56 bytes IB CM carries.
+//! peer may write credits, its close and, in `write` mode, its sleep
+//! generation, and, in the ring modes, messages), encoded by hand into
+//! the 56 bytes IB CM carries. Version 3: the control block the peer may
+//! write is 24 bytes (credit, close and sleep words); a version 2 peer
+//! registered 16, so a wake armed across versions would fail with a
+//! remote access error: the versions refuse each other instead.
 
 use crate::config::SessionMode;
 
@@ -19,7 +23,8 @@ pub(super) struct Hello {
     pub(super) recv_depth: u32,
     /// Largest payload a receive buffer holds.
     pub(super) max_payload: u32,
-    /// The control block the peer writes credits and close into.
+    /// The control block the peer writes credits, close and (write mode)
+    /// its sleep generation into: `CTRL_REMOTE_LEN` bytes.
     pub(super) ctrl_rkey: u32,
     pub(super) ctrl_addr: u64,
     /// How messages travel; both ends must agree.
@@ -31,7 +36,7 @@ pub(super) struct Hello {
 }
 
 const HELLO_MAGIC: &[u8; 4] = b"MDBr";
-const HELLO_VERSION: u16 = 2;
+const HELLO_VERSION: u16 = 3;
 const HELLO_LEN: usize = 48;
 
 fn mode_code(m: SessionMode) -> u8 {
@@ -150,9 +155,9 @@ mod tests {
         assert!(Hello::decode(&[0u8; 56])
             .unwrap_err()
             .contains("not an mdbus"));
-        let mut v3 = h.encode();
-        v3[4] = 3;
-        assert!(Hello::decode(&v3).unwrap_err().contains("version 3"));
+        let mut v2 = h.encode();
+        v2[4] = 2;
+        assert!(Hello::decode(&v2).unwrap_err().contains("version 2"));
         // Hostile rings: unaligned, wrapping, oversized.
         let bad = |f: &dyn Fn(&mut Hello)| {
             let mut x = h;

@@ -29,7 +29,8 @@
 //! That is `mode = "send"`. In the ring modes (`write`, `write-imm`) a
 //! message is instead one RDMA WRITE into the next slot of a ring in the
 //! peer's memory, found by polling the slot's last word or through a
-//! write-with-immediate completion; see [`ring`] and docs/RDMA.md.
+//! write-with-immediate completion; see [`ring`] and docs/RDMA.md. A
+//! sleeping `write`-mode receiver is woken by one immediate ([`wait`]).
 //!
 //! In parts: `hello` (the connect data), `setup` (the verbs objects of
 //! one end), `connect` (accept, connect and retries), `data` (claim,
@@ -64,15 +65,18 @@ use ring::{ImmRecvs, RingIn};
 const WC_BATCH: usize = 32;
 /// Send-queue entries beyond `capacity`, for credit and close writes.
 const SQ_SLACK: u32 = 8;
-/// Control block offsets: the peer's receive-buffer count (u32) and its
-/// close word (u64: messages it sent + 1, 0 while open).
+/// Control block offsets: the peer's receive-buffer count (u32), its
+/// close word (u64: messages it sent + 1, 0 while open) and, in `write`
+/// mode, its sleep generation (u64: bumped each time it arms a wake,
+/// see [`wait`]).
 const CTRL_CREDIT: usize = 0;
 const CTRL_CLOSE: usize = 8;
+const CTRL_SLEEP: usize = 16;
 /// Bytes of the control block and of the out-words in the send pool.
 const CTRL_LEN: usize = 64;
-/// Bytes of the control block the peer may write: the credit word and the
-/// close word, registered on their own (remote write nowhere else).
-const CTRL_REMOTE_LEN: usize = 16;
+/// Bytes of the control block the peer may write: the credit, close and
+/// sleep words, registered on their own (remote write nowhere else).
+const CTRL_REMOTE_LEN: usize = 24;
 /// Transport retries (timeouts without an acknowledgement) before a send
 /// fails: the most the field allows.
 const RETRY_COUNT: u8 = 7;
@@ -94,6 +98,15 @@ pub struct RcSession {
     ring_in: Option<RingIn>,
     /// write-imm: receive requests without buffers.
     imm: Option<ImmRecvs>,
+    /// write mode: the receiving side of wake-on-immediate.
+    wake: Option<Box<wait::Wake>>,
+    /// write mode, sending side: the peer's sleep generation last woken
+    /// with an immediate.
+    woke_gen: u64,
+    /// Wake immediates posted (write mode, sending side).
+    wake_imms_sent: u64,
+    /// A wake found the send queue full: retried by the liveness checks.
+    wake_owed: bool,
     /// Ring modes: the peer's ring (address, rkey, slot bytes, slots).
     peer_ring: u64,
     peer_ring_rkey: u32,
@@ -117,12 +130,13 @@ pub struct RcSession {
     send_lkey: u32,
     /// Out-words in the send pool, sources of non-inline control writes.
     ctrl_out: *mut u8,
-    /// Words the peer writes: credit count and close word.
+    /// Words the peer writes: credit count, close word, sleep generation.
     ctrl_in: *mut u8,
     peer_ctrl: u64,
     peer_rkey: u32,
     idle: u32,
-    /// Naps in a row without data (`write` mode's adaptive wait): each
+    /// Naps in a row without data (a shared receive queue's sessions,
+    /// and `write` mode while its sleep generation is in flight): each
     /// doubles the next one.
     naps: u32,
     /// When the liveness checks last ran (`clock::monotonic_ns`).

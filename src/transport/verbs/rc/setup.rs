@@ -19,6 +19,7 @@ use super::super::srq::Srq;
 use super::super::{device, errors, Lib};
 use super::hello::{name_hash, Hello};
 use super::ring::{ring_slot, ImmRecvs, RingIn};
+use super::wait::Wake;
 use super::{Cold, KeepAlive, RcSession, CTRL_LEN, CTRL_REMOTE_LEN, SQ_SLACK};
 use crate::config::{SessionConfig, SessionMode, VerbsConfig};
 use crate::error::Result;
@@ -57,7 +58,8 @@ pub(super) struct Parts {
     pub(super) max_message: usize,
     pub(super) verbs: &'static verbs_sys::Verbs,
     pub(super) mode: SessionMode,
-    /// Ring modes: the receive requests without buffers (write-imm).
+    /// Ring modes: the receive requests without buffers (write-imm: one
+    /// per slot; write: one, for a wake).
     pub(super) imm: Option<ImmRecvs>,
 }
 
@@ -212,7 +214,8 @@ impl Parts {
         let (mut qp, caps) = loop {
             let want = Caps {
                 send_wr: sq_depth,
-                // Write mode takes nothing from the receive queue.
+                // Write mode takes one request from the receive queue:
+                // the immediate that wakes a sleeping receiver.
                 recv_wr: if mode == SessionMode::Write {
                     1
                 } else {
@@ -248,12 +251,18 @@ impl Parts {
             }
         };
         // Ring modes post no buffers: an empty ring of receive buffers.
-        let mut imm = (mode == SessionMode::WriteImm).then(|| ImmRecvs::new(recv_depth));
+        // write-imm posts a request without buffer per slot; write one,
+        // for the immediate that wakes it when it sleeps.
+        let imm_depth = match mode {
+            SessionMode::WriteImm => recv_depth,
+            _ => 1,
+        };
+        let mut imm = ring_mode.then(|| ImmRecvs::new(imm_depth));
         let ring = match &recv_mem {
             Some(mem) => {
                 let mut ring = RecvRing::new(mem, if ring_mode { 0 } else { recv_depth }, slot);
                 let posted = match imm.as_mut() {
-                    Some(imm) => imm.post(&mut qp, recv_depth),
+                    Some(imm) => imm.post(&mut qp, imm_depth),
                     // SAFETY: at start-up no buffer has been posted or
                     // handed out.
                     None if !ring_mode => unsafe { ring.post(&mut qp, recv_depth) },
@@ -370,10 +379,18 @@ impl RcSession {
             _ => None,
         };
         let now = Instant::now();
+        let (imm, wake) = match parts.mode {
+            SessionMode::Write => (None, parts.imm.map(|r| Box::new(Wake::new(r)))),
+            _ => (parts.imm, None),
+        };
         RcSession {
             mode: parts.mode,
             ring_in,
-            imm: parts.imm,
+            imm,
+            wake,
+            woke_gen: 0,
+            wake_imms_sent: 0,
+            wake_owed: false,
             peer_ring: peer.ring_addr,
             peer_ring_rkey: peer.ring_rkey,
             peer_slot: ring_slot(peer.max_payload as usize) as u64,

@@ -1,28 +1,90 @@
 //! Adaptive waiting for a session's receiver: sleep on the receive
-//! completion queue's channel (`send` and `write-imm` modes), or nap
-//! (`write` mode, and sessions on an acceptor's shared receive queue).
+//! completion queue's channel (every mode), or nap (sessions on an
+//! acceptor's shared receive queue, and a `write`-mode receiver that could
+//! not arm its wake).
 //!
 //! `write` mode delivers a message by a plain RDMA WRITE into the ring: no
-//! receive completion, so nothing for a channel to report. Making the
-//! sender switch to WRITE_WITH_IMM while the receiver sleeps would need a
-//! "sleeping" word the sender reads before every message, a race between
-//! that read and the receiver falling asleep, and receive buffers posted
-//! for the immediates; a write-mode receiver that wants to sleep naps
-//! instead: [`NAP`](crate::wait::NAP) (1 ms) first, twice as long after
-//! each nap that brought nothing, up to the block's timeout
-//! (`adaptive_max_block`). A short quiet spell costs at most a
-//! millisecond or so on the first message after it; a long one costs
-//! what an RC receiver's timeout wakes cost (one wake-up and one ring peek
-//! per `adaptive_max_block`), and the first message after it waits up to
-//! `adaptive_max_block` (on average half) for the nap to end. Sessions
-//! that must sleep and wake at once use `write-imm` or `send`.
+//! receive completion, so nothing for a channel to report while traffic
+//! flows. A receiver about to sleep arms a wake instead, which only costs
+//! while it sleeps:
+//!
+//! - It keeps one receive request without buffer posted ([`Wake`]),
+//!   RDMA-writes a new sleep generation `g + 1` into the sender's control
+//!   block (`CTRL_SLEEP`), signaled, and arms the receive queue. It
+//!   writes no newer generation until the immediate of this one has been
+//!   taken, so the sender never sends more immediates than receives are
+//!   posted (an RNR is fatal with `rnr_retry` 0).
+//! - Until that write's completion says the word is in the sender's
+//!   memory it blocks on the channel in naps' lengths (1 ms, doubling),
+//!   not spinning: on an emulated host the device's work needs the CPU a
+//!   spin would hold. Once it has completed, the caller polls the ring
+//!   once more, then the receiver blocks on the channel.
+//! - The sender, after posting each message, loads that word (local
+//!   memory, one load); when it differs from the generation it last woke,
+//!   it posts a zero-length WRITE_WITH_IMM (immediate: the generation)
+//!   behind the message and records the generation. Loading after the
+//!   post closes the race: a message whose load missed the new generation
+//!   was posted before the word landed, so before the receiver's write
+//!   completed, and lands within network time of it; the first block
+//!   after arming is therefore short (`adaptive_max_block`, the caller's
+//!   `timeout`), only later blocks long (`block_length`: until the next
+//!   keep-alive under `stop_wakes`). A message posted after the word
+//!   landed is followed by the immediate, whose completion wakes the
+//!   receiver at once.
+//! - On waking the receiver takes the immediate's completion, reposts the
+//!   request and polls busily again; the next sleep arms generation
+//!   `g + 2`. The sender keeps nothing to reset.
+//!
+//! So a `write` session costs its sender one load per message while its
+//! peer is awake, and one extra work request per sleep of the peer. A
+//! `write`-mode receiver that cannot arm (its send queue full) naps this
+//! once: [`NAP`](crate::wait::NAP) (1 ms) first, twice as long after each
+//! nap that brought nothing, up to the block's timeout. Sessions on an
+//! acceptor's shared receive queue (`send` mode only) always nap, as
+//! their completions arrive on the acceptor's queue.
 
+use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use super::RcSession;
+use verbs_sys::{ibv_wc, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS};
+
+use super::end::End;
+use super::ring::ImmRecvs;
+use super::{RcSession, CTRL_SLEEP};
 use crate::config::SessionMode;
 use crate::error::Result;
 use crate::transport::verbs::cq::Slept;
+
+/// The receiving side of `write` mode's wake-on-immediate.
+pub(crate) struct Wake {
+    /// The one receive request an immediate consumes.
+    recv: ImmRecvs,
+    /// The last sleep generation written into the peer's control block.
+    gen: u64,
+    /// `gen` was written and its immediate not taken yet: no newer
+    /// generation may be written (one receive is posted).
+    armed: bool,
+    /// The request index of `gen`'s write until its completion is seen.
+    landing: Option<u64>,
+    /// No block since `gen` landed: the next one is short.
+    fresh: bool,
+    /// Wake immediates taken.
+    taken: u64,
+}
+
+impl Wake {
+    /// With `recv`'s one request already posted.
+    pub(crate) fn new(recv: ImmRecvs) -> Wake {
+        Wake {
+            recv,
+            gen: 0,
+            armed: false,
+            landing: None,
+            fresh: false,
+            taken: 0,
+        }
+    }
+}
 
 impl RcSession {
     /// See [`SessionEnd::wait_for_data`](crate::transport::SessionEnd::wait_for_data).
@@ -37,20 +99,17 @@ impl RcSession {
             return Ok(true);
         }
         let slept = if self.mode == SessionMode::Write {
-            Slept::NoChannel
+            match self.sleep_write(timeout, idle)? {
+                Some(woke) => return Ok(woke),
+                None => Slept::NoChannel,
+            }
         } else {
             let length = if idle {
                 self.block_length(timeout)
             } else {
                 timeout
             };
-            match self.recv_cq.sleep(length) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.fail_os("waiting on the receive completion channel", e);
-                    return Err(self.ended().expect("a failure was recorded"));
-                }
-            }
+            self.sleep_on_channel(length)?
         };
         match slept {
             Slept::Event => Ok(true),
@@ -61,6 +120,167 @@ impl RcSession {
                 Ok(false)
             }
         }
+    }
+
+    fn sleep_on_channel(&mut self, length: Duration) -> Result<Slept> {
+        match self.recv_cq.sleep(length) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                self.fail_os("waiting on the receive completion channel", e);
+                Err(self.ended().expect("a failure was recorded"))
+            }
+        }
+    }
+
+    /// `write` mode's sleep (see the module comment): `Some(woken)`, or
+    /// `None` when no wake could be armed and the caller naps instead.
+    fn sleep_write(&mut self, timeout: Duration, idle: bool) -> Result<Option<bool>> {
+        let Some(w) = self.wake.as_ref() else {
+            return Ok(None);
+        };
+        let (armed, landing) = (w.armed, w.landing);
+        // An immediate already there: the message before it is in the ring.
+        if self.take_wakes()? {
+            return Ok(Some(true));
+        }
+        if !armed {
+            // Nothing may take the receive before this generation is out.
+            let gen = self.wake.as_ref().map_or(0, |w| w.gen) + 1;
+            let Some(index) = self.write_ctrl(CTRL_SLEEP, &gen.to_le_bytes(), true) else {
+                // Send queue full: nap this once.
+                return Ok(None);
+            };
+            if let Some(w) = self.wake.as_mut() {
+                w.gen = gen;
+                w.armed = true;
+                w.landing = Some(index);
+                w.fresh = true;
+            }
+            self.arm_receives()?;
+            return Ok(Some(false));
+        }
+        if let Some(index) = landing {
+            if self.sq.completed() > index {
+                // In the peer's memory now (the liveness checks reaped the
+                // completion): the caller polls the ring once more, and
+                // the next block is the short one.
+                if let Some(w) = self.wake.as_mut() {
+                    w.landing = None;
+                }
+                self.arm_receives()?;
+                return Ok(Some(false));
+            }
+            // Not acknowledged yet. Short blocks, not a spin: on an
+            // emulated host the device's work runs on the CPUs a spin
+            // would hold.
+            let length = nap_length(self.naps, timeout);
+            self.naps = self.naps.saturating_add(1);
+            return self.block_write(length);
+        }
+        let fresh = self.wake.as_ref().is_some_and(|w| w.fresh);
+        let length = if fresh || !idle {
+            timeout
+        } else {
+            self.block_length(timeout)
+        };
+        match self.sleep_on_channel(length)? {
+            // Armed just now: the caller polls the ring once more first.
+            Slept::Armed => Ok(Some(false)),
+            Slept::Event => {
+                self.take_wakes()?;
+                Ok(Some(true))
+            }
+            Slept::Timeout => {
+                if let Some(w) = self.wake.as_mut() {
+                    w.fresh = false;
+                }
+                Ok(Some(false))
+            }
+            Slept::NoChannel => Ok(None),
+        }
+    }
+
+    /// One block on the receive channel for `write` mode.
+    fn block_write(&mut self, length: Duration) -> Result<Option<bool>> {
+        match self.sleep_on_channel(length)? {
+            // Armed just now: the caller polls the ring once more first.
+            Slept::Armed => Ok(Some(false)),
+            Slept::Event => {
+                self.take_wakes()?;
+                Ok(Some(true))
+            }
+            Slept::Timeout => Ok(Some(false)),
+            Slept::NoChannel => Ok(None),
+        }
+    }
+
+    /// Asks for an event on the next receive completion.
+    fn arm_receives(&mut self) -> Result<()> {
+        if let Err(e) = self.recv_cq.arm() {
+            self.fail_os("ibv_req_notify_cq", e);
+            return Err(self.ended().expect("a failure was recorded"));
+        }
+        Ok(())
+    }
+
+    /// Takes the wake immediates completed on the receive queue, reposts
+    /// the request and clears the channel's event. True when one was
+    /// taken.
+    fn take_wakes(&mut self) -> Result<bool> {
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; 4];
+        let mut took = false;
+        loop {
+            let done = match self.recv_cq.poll(&mut wcs) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.fail_os("ibv_poll_cq (receives)", e);
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
+            };
+            if done.is_empty() {
+                break;
+            }
+            self.completions += done.len() as u64;
+            for wc in done {
+                if wc.status != IBV_WC_SUCCESS {
+                    self.wc_failed(wc, "receive");
+                    continue;
+                }
+                // SAFETY: a successful receive completion of RDMA WRITE
+                // with immediate carries the immediate in this union arm.
+                let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                let w = self.wake.as_mut().expect("write mode");
+                if wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !w.armed || imm != w.gen as u32 {
+                    let reason = format!(
+                        "a receive completion (opcode {}, immediate {imm}) arrived where only the wake for sleep generation {} could",
+                        wc.opcode, w.gen
+                    );
+                    self.fail(End::Protocol(reason));
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
+                w.armed = false;
+                w.landing = None;
+                w.fresh = false;
+                w.taken += 1;
+                took = true;
+                if let Err(e) = w.recv.post(&mut self.qp, 1) {
+                    self.fail_os("ibv_post_recv (wake)", e);
+                    return Err(self.ended().expect("a failure was recorded"));
+                }
+            }
+        }
+        if took {
+            // The completion raised an event if the queue was armed: take
+            // it, or the next block would end at once for nothing.
+            if let Err(e) = self.recv_cq.take_events() {
+                self.fail_os("ibv_get_cq_event", e);
+                return Err(self.ended().expect("a failure was recorded"));
+            }
+        }
+        if let Some(e) = self.ended() {
+            return Err(e);
+        }
+        Ok(took)
     }
 
     /// How long one sleep on the channel lasts: `timeout`
@@ -80,6 +300,23 @@ impl RcSession {
     /// Completion events taken from the receive queue's channel.
     pub fn receive_events(&self) -> u64 {
         self.recv_cq.events_taken()
+    }
+
+    /// `write` mode: sleep generations this end announced to its peer
+    /// (each asks for one wake immediate).
+    pub fn sleeps_armed(&self) -> u64 {
+        self.wake.as_ref().map_or(0, |w| w.gen)
+    }
+
+    /// `write` mode: wake immediates this end took (each ended or
+    /// preceded one of its sleeps).
+    pub fn wake_imms_received(&self) -> u64 {
+        self.wake.as_ref().map_or(0, |w| w.taken)
+    }
+
+    /// `write` mode: wake immediates this end sent its sleeping peer.
+    pub fn wake_imms_sent(&self) -> u64 {
+        self.wake_imms_sent
     }
 }
 
