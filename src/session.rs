@@ -254,9 +254,10 @@ impl Session {
 
     /// Blocks until the transport signals that a message may have arrived,
     /// or `timeout` passes: in poll(2) on the socket (TCP) or on the
-    /// receive completion queue's channel (RDMA, `send` and `write-imm`
-    /// modes). Without an event source it naps: shared memory for at most
-    /// [`NAP`](crate::wait::NAP); RDMA `write` mode and sessions on an
+    /// receive completion queue's channel (RDMA; in `write` mode after
+    /// telling the sender it sleeps, so that the sender's next message
+    /// brings a write-with-immediate). Without an event source it naps:
+    /// shared memory for at most [`NAP`](crate::wait::NAP); sessions on an
     /// acceptor's shared receive queue 1 ms first, doubled per nap that
     /// brought nothing, up to `timeout`. Returns true when woken by an event,
     /// false on timeout or on a signal. On RDMA the first wait after

@@ -17,7 +17,8 @@
 //! sockets (UDP) or on the completion channel of the receive completion
 //! queue (RDMA UD), and by [`Session::poll_wait`](crate::Session::poll_wait),
 //! which sleeps in poll(2) on the socket (TCP) or on the completion channel
-//! (RDMA RC, `send` and `write-imm` modes; `write` mode naps, see
+//! (RDMA RC; in `write` mode the sender adds one write-with-immediate
+//! behind its next message once the receiver has said it sleeps, see
 //! docs/RDMA.md). As a plain [`Wait`] (a sender waiting for credit)
 //! `"adaptive"` spins with the hint. Every block is bounded by `adaptive_max_block`, so a loop that
 //! checks a stop flag (set by SIGINT or SIGTERM) between polls sees it

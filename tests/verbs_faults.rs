@@ -238,7 +238,7 @@ fn remote_write_outside_the_credit_words_is_refused() {
     let (mut a, mut b) = pair(&scfg(format!("{}:{}", addr_a(), unique_port())), &vcfg());
     send(&mut a, 1);
     receive(&mut b, 1, 1);
-    // Inside: offset 4 of the 16 registered bytes (unused padding).
+    // Inside: offset 4 of the 24 registered bytes (unused padding).
     assert!(a.test_remote_write(4, 4));
     let before = a.send_completions();
     until("the write inside never completed", || {
