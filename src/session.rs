@@ -144,14 +144,18 @@ impl Session {
         }
     }
 
-    /// Copies the verbs work counts into the counters file (every
-    /// `MIRROR_EVERY` calls and at close: they change with every message,
-    /// and a reader needs no per-message precision).
+    /// Copies the verbs work and waiting counts into the counters file
+    /// (every `MIRROR_EVERY` calls, after each wait and at close: they
+    /// change with every message, and a reader needs no per-message
+    /// precision).
     #[cold]
     fn mirror_work(&self) {
-        if let (Some(c), Some(w)) = (&self.counters, self.verbs_work()) {
-            for (i, v) in w.values().into_iter().enumerate() {
+        if let (Some(c), SessionImpl::Verbs(t)) = (&self.counters, &self.inner) {
+            for (i, v) in t.verbs_work().values().into_iter().enumerate() {
                 c.set(sc::VERBS_WORK + i, v);
+            }
+            for (i, v) in t.wait_counts().into_iter().enumerate() {
+                c.set(sc::VERBS_WAIT + i, v);
             }
         }
     }
@@ -266,7 +270,12 @@ impl Session {
     /// Call [`poll`](Self::poll) next either way.
     pub fn wait_for_data(&mut self, timeout: std::time::Duration) -> Result<bool> {
         match with_end!(&mut self.inner, t => t.wait_for_data(timeout)) {
-            Ok(woke) => Ok(woke),
+            Ok(woke) => {
+                // A block costs far more than the copy: the counts of
+                // sleeps and wake-ups are current while the session idles.
+                self.mirror_work();
+                Ok(woke)
+            }
             Err(e) => Err(self.count_error(e)),
         }
     }
@@ -275,7 +284,10 @@ impl Session {
     /// once a stop ends blocks at once (see `SessionEnd::wait_idle`).
     fn wait_idle(&mut self, timeout: std::time::Duration) -> Result<bool> {
         match with_end!(&mut self.inner, t => t.wait_idle(timeout)) {
-            Ok(woke) => Ok(woke),
+            Ok(woke) => {
+                self.mirror_work();
+                Ok(woke)
+            }
             Err(e) => Err(self.count_error(e)),
         }
     }

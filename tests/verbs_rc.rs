@@ -614,3 +614,76 @@ fn verbs_work_counts_posts_doorbells_and_completions() {
     // at set-up only).
     assert_eq!(a1.recv_wrs, a0.recv_wrs, "{a0:?} -> {a1:?}");
 }
+
+/// The counters file carries a `write`-mode session's waiting: the
+/// receiver's announced sleeps and the immediate that woke it, and the
+/// sender's immediate, as `sess.N.verbs_*` (copied in after each wait).
+#[test]
+fn write_mode_wake_counts_reach_the_counters_file() {
+    if !rdma_or_skip("write_mode_wake_counts_reach_the_counters_file") {
+        return;
+    }
+    let bus = bus(&toml("mode = \"write\"\nmax_message = 64", ""));
+    let path = bus
+        .counters_path()
+        .expect("counters are on by default")
+        .to_path_buf();
+    let reader = || mdbus::counters::CountersReader::open(&path).unwrap();
+    let sum = |label_end: &str| -> u64 {
+        let r = reader();
+        r.labels()
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("sess.o") && l.ends_with(label_end))
+            .map(|(i, _)| r.value(i).unwrap())
+            .sum()
+    };
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn({
+        let bus = bus.clone();
+        move || {
+            let mut s = bus.session_accept("o").unwrap();
+            tid_tx.send(mdbus_testkit::threads::tid()).unwrap();
+            let mut got = Vec::new();
+            while got.is_empty() {
+                let n = s.poll(|m| got.push(m.payload().to_vec())).unwrap();
+                if n == 0 {
+                    // The first wait arms the wake; the next sleeps until
+                    // the sender's immediate.
+                    s.wait_for_data(std::time::Duration::from_secs(600))
+                        .unwrap();
+                }
+            }
+            s.send(b"done").unwrap();
+            let err = loop {
+                if let Err(e) = s.poll(|_| panic!("nothing after done")) {
+                    break e;
+                }
+            };
+            assert!(matches!(err, Error::PeerClosed { .. }), "{err}");
+            got
+        }
+    });
+    let mut s = bus.session_connect("o").unwrap();
+    let tid = tid_rx.recv().unwrap();
+    // The receiver announced a sleep (in the file) and sleeps.
+    while sum(".verbs_sleeps_armed") < 1 {
+        s.poll(|_| panic!("nothing before the message")).unwrap();
+        std::thread::yield_now();
+    }
+    mdbus_testkit::threads::until_blocked_in_wait(tid);
+    s.send(b"wake").unwrap();
+    let mut done = Vec::new();
+    while done.is_empty() {
+        s.poll(|m| done.push(m.payload().to_vec())).unwrap();
+    }
+    assert_eq!(done, vec![b"done".to_vec()]);
+    s.close();
+    assert_eq!(receiver.join().unwrap(), vec![b"wake".to_vec()]);
+    // Both ends closed: their last counts are in the file.
+    let sent = sum(".verbs_wake_imms_sent");
+    let taken = sum(".verbs_wake_imms_received");
+    assert_eq!((sent, taken), (1, 1), "one immediate for the one sleep");
+    assert!(sum(".verbs_sleeps_armed") >= 1);
+    assert!(sum(".verbs_receive_events") >= 1, "the immediate woke it");
+}

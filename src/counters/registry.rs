@@ -142,7 +142,7 @@ pub const REPLAY_SERVICE: [(&str, Kind); 11] = [
     ("errors", C),
 ];
 /// Slots of a session end, in order.
-pub const SESSION: [(&str, Kind); 13] = [
+pub const SESSION: [(&str, Kind); 17] = [
     ("open", G),
     ("messages_sent", C),
     ("messages_received", C),
@@ -156,6 +156,10 @@ pub const SESSION: [(&str, Kind); 13] = [
     ("verbs_recv_wrs", C),
     ("verbs_recv_doorbells", C),
     ("verbs_completions", C),
+    ("verbs_receive_events", C),
+    ("verbs_sleeps_armed", C),
+    ("verbs_wake_imms_sent", C),
+    ("verbs_wake_imms_received", C),
 ];
 /// Slots of the bus itself (`bus.OWNER.COUNTER`).
 pub const BUS: [(&str, Kind); 6] = [
@@ -210,6 +214,10 @@ pub mod session {
     /// [`VerbsWork::values`](crate::transport::verbs::VerbsWork::values)
     /// order; copied in every `MIRROR_EVERY` calls and at close.
     pub const VERBS_WORK: usize = 8;
+    /// The first of the four adaptive-waiting counts, in
+    /// [`RcSession::wait_counts`](crate::transport::verbs::RcSession::wait_counts)
+    /// order; copied in with the work counts.
+    pub const VERBS_WAIT: usize = 13;
 }
 const BUS_ERRORS: usize = 0;
 const BUS_ASYNC_EVENTS: usize = 1;

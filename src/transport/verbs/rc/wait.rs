@@ -318,6 +318,20 @@ impl RcSession {
     pub fn wake_imms_sent(&self) -> u64 {
         self.wake_imms_sent
     }
+
+    /// [`receive_events`](Self::receive_events),
+    /// [`sleeps_armed`](Self::sleeps_armed),
+    /// [`wake_imms_sent`](Self::wake_imms_sent) and
+    /// [`wake_imms_received`](Self::wake_imms_received), in the counters
+    /// file's order.
+    pub fn wait_counts(&self) -> [u64; 4] {
+        [
+            self.receive_events(),
+            self.sleeps_armed(),
+            self.wake_imms_sent(),
+            self.wake_imms_received(),
+        ]
+    }
 }
 
 /// The nap after `naps` naps in a row without data: 1 ms doubled per nap,
