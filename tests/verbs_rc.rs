@@ -144,6 +144,17 @@ fn ring_modes_flood_eight_slots_in_order() {
 
 /// `total` messages of every size up to 64 bytes through a capacity of 8
 /// in session mode `mode`: in order, intact, no RNR counted.
+/// Sends `done`, then polls until the sender's orderly close.
+fn done_then_peer_closed(s: &mut mdbus::Session) {
+    s.send(b"done").unwrap();
+    let err = loop {
+        if let Err(e) = s.poll(|_| panic!("nothing after done")) {
+            break e;
+        }
+    };
+    assert!(matches!(err, Error::PeerClosed { .. }), "{err}");
+}
+
 fn flood(mode: &str, total: u64) {
     assert_eq!(verbs::RNR_RETRY, 0);
     let device = verbs::detect(&VerbsConfig::default()).unwrap().device;
@@ -170,14 +181,7 @@ fn flood(mode: &str, total: u64) {
                 })
                 .unwrap();
             }
-            s.send(b"done").unwrap();
-            // Wait for the sender's orderly close.
-            let err = loop {
-                if let Err(e) = s.poll(|_| panic!("nothing after done")) {
-                    break e;
-                }
-            };
-            assert!(matches!(err, Error::PeerClosed { .. }), "{err}");
+            done_then_peer_closed(&mut s);
             s.stats()
         }
     });
@@ -654,13 +658,7 @@ fn write_mode_wake_counts_reach_the_counters_file() {
                         .unwrap();
                 }
             }
-            s.send(b"done").unwrap();
-            let err = loop {
-                if let Err(e) = s.poll(|_| panic!("nothing after done")) {
-                    break e;
-                }
-            };
-            assert!(matches!(err, Error::PeerClosed { .. }), "{err}");
+            done_then_peer_closed(&mut s);
             got
         }
     });
