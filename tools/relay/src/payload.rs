@@ -54,8 +54,36 @@ impl<'a> RelayMessage<'a> {
 pub fn write(out: &mut [u8], sequence: u64, itch: &[u8]) -> usize {
     let n = HEADER_LEN + itch.len();
     out[..HEADER_LEN].copy_from_slice(&sequence.to_be_bytes());
-    out[HEADER_LEN..n].copy_from_slice(itch);
+    copy_short(&mut out[HEADER_LEN..n], itch);
     n
+}
+
+/// `dst.copy_from_slice(src)` for the lengths of ITCH messages (12 to 50
+/// bytes) as two fixed-size moves that overlap in the middle, instead of
+/// a call to `memcpy` (about 10 instructions a message, with its length
+/// dispatch). Any other length takes `copy_from_slice`.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if dst.len() != n {
+        // Panics with the standard message, as `copy_from_slice` does.
+        dst.copy_from_slice(src);
+        return;
+    }
+    macro_rules! two_moves {
+        ($w:literal) => {{
+            let head: [u8; $w] = src[..$w].try_into().expect("n >= width");
+            let tail: [u8; $w] = src[n - $w..].try_into().expect("n >= width");
+            dst[..$w].copy_from_slice(&head);
+            dst[n - $w..].copy_from_slice(&tail);
+        }};
+    }
+    match n {
+        32..=64 => two_moves!(32),
+        16..=31 => two_moves!(16),
+        8..=15 => two_moves!(8),
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 #[cfg(test)]
@@ -73,5 +101,20 @@ mod tests {
         assert_eq!(m.itch, b"Sxxxxxxxxxx0");
         assert_eq!(RelayMessage::parse(&buf[..8]), None);
         assert_eq!(RelayMessage::parse(&buf[..3]), None);
+    }
+
+    /// Every length from 0 to past the moves' widths is copied byte for
+    /// byte, and nothing after it is touched.
+    #[test]
+    fn write_copies_every_length_exactly() {
+        let src: Vec<u8> = (1..=100u8).collect();
+        for len in 0..=src.len() {
+            let mut buf = [0xEEu8; 120];
+            let n = write(&mut buf, 0x1122_3344_5566_7788, &src[..len]);
+            assert_eq!(n, HEADER_LEN + len);
+            assert_eq!(&buf[..HEADER_LEN], &0x1122_3344_5566_7788u64.to_be_bytes());
+            assert_eq!(&buf[HEADER_LEN..n], &src[..len], "length {len}");
+            assert!(buf[n..].iter().all(|&b| b == 0xEE), "length {len}");
+        }
     }
 }

@@ -196,10 +196,10 @@ pub struct Pipeline {
     arrival_ns: u64,
     /// Messages published for the datagram being handled.
     published_in_packet: u64,
-    /// Streams published on since their counters-file entries were last
-    /// brought up to date, one bit each (the last bit stands for every
-    /// stream from 63 on).
-    run_streams: u64,
+    /// `per_stream` when the publishers' counters-file entries were last
+    /// brought up to date: a stream whose count moved since published in
+    /// a run (compared there, not marked per message).
+    synced_per_stream: Vec<u64>,
     /// Datagrams that published since then.
     unsynced_packets: u32,
     /// Session of the datagrams being handled (for the pass-through).
@@ -233,6 +233,7 @@ impl Pipeline {
             taps: passthrough.is_some(),
             router,
             per_stream: vec![0; publishers.len()],
+            synced_per_stream: vec![0; publishers.len()],
             publishers,
             names,
             local: Local::default(),
@@ -240,7 +241,6 @@ impl Pipeline {
             passthrough,
             arrival_ns: 0,
             published_in_packet: 0,
-            run_streams: 0,
             unsynced_packets: 0,
             session: Session::BLANK,
             warned_publish: false,
@@ -428,7 +428,6 @@ impl Pipeline {
         });
         match result {
             Ok(_) => {
-                self.run_streams |= 1 << stream.min(63);
                 // `messages_out` is their sum (`Pipeline::local`).
                 self.per_stream[stream] += 1;
                 self.published_in_packet += 1;
@@ -448,16 +447,16 @@ impl Pipeline {
     #[inline]
     fn end_runs(&mut self) {
         self.unsynced_packets = 0;
-        let mut bits = std::mem::take(&mut self.run_streams);
-        while bits != 0 {
-            let s = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let rest = if s == 63 {
-                self.publishers.len()
-            } else {
-                s + 1
-            };
-            for p in self.publishers.iter_mut().take(rest).skip(s) {
+        // `per_stream` counts exactly the messages published in runs, so a
+        // stream whose count moved is one with a run to end.
+        for ((p, &n), synced) in self
+            .publishers
+            .iter_mut()
+            .zip(&self.per_stream)
+            .zip(&mut self.synced_per_stream)
+        {
+            if n != *synced {
+                *synced = n;
                 p.end_run();
             }
         }
